@@ -1,0 +1,2 @@
+"""Framework adapters. Each is imported on its own (``telegram_idem.adapters.aiogram``) so
+the core installs without any framework."""

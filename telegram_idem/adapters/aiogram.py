@@ -1,0 +1,101 @@
+"""aiogram 3 adapter: the update guard as an outer middleware on ``dp.update``.
+
+::
+
+    idem = Idem("sqlite:///bot.db")
+    dp = Dispatcher()
+    dp.update.outer_middleware(IdempotencyMiddleware(idem))
+
+A duplicate update (same ``(bot.id, update_id)``) never reaches a handler: the middleware
+returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so Telegram stops re-sending.
+Handlers get ``idem`` (the :class:`~telegram_idem.Idem`) and ``idem_tokens`` (the
+:class:`~telegram_idem.CallbackTokens`, if given) in their data, and ``@idempotent`` works
+on them with templates rooted at the update. Updates of a type this version does not
+know (Bot API "Update" section) are passed to aiogram untouched and unguarded.
+
+Works with ``feed_update``, ``feed_raw_update``, ``feed_webhook_update``, polling and
+aiogram's ``SimpleRequestHandler``. A webhook that claimed the update before answering
+passes the claim as ``feed_update(bot, update, idem_update_claim=claim)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from aiogram import BaseMiddleware
+from aiogram.dispatcher.event.bases import UNHANDLED
+from aiogram.types import TelegramObject, Update
+
+from telegram_idem.callbacks import CallbackTokens
+from telegram_idem.errors import StoreError
+from telegram_idem.guard import Idem
+from telegram_idem.records import Claim
+from telegram_idem.updates import KNOWN_UPDATE_TYPES
+
+__all__ = ["IdempotencyMiddleware", "update_to_dict"]
+
+log = logging.getLogger("telegram_idem.aiogram")
+
+StorePolicy = Literal["fail_closed", "fail_open"]
+
+
+def update_to_dict(update: Update) -> dict[str, Any]:
+    """The update as Bot API JSON (``from``, not ``from_user``), fields as received."""
+    return update.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+class IdempotencyMiddleware(BaseMiddleware):
+    """The update guard for an aiogram ``Dispatcher`` (register with
+    ``dp.update.outer_middleware``).
+
+    Args:
+        idem: the guard.
+        tokens: callback tokens to inject as ``idem_tokens``.
+        on_store_error: ``"fail_closed"`` (default) re-raises
+            :class:`~telegram_idem.errors.StoreError`, so the update is not processed
+            unguarded (a webhook answering from the result gets a 5xx and Telegram
+            re-sends); ``"fail_open"`` processes the update without the guard and logs
+            an error.
+    """
+
+    def __init__(
+        self,
+        idem: Idem,
+        *,
+        tokens: CallbackTokens | None = None,
+        on_store_error: StorePolicy = "fail_closed",
+    ) -> None:
+        self.idem = idem
+        self.tokens = tokens
+        self.on_store_error = on_store_error
+
+    async def __call__(
+        self,
+        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
+        event: TelegramObject,
+        data: dict[str, Any],
+    ) -> Any:
+        data["idem"] = self.idem
+        if self.tokens is not None:
+            data["idem_tokens"] = self.tokens
+        if not isinstance(event, Update):
+            return await handler(event, data)
+        update = update_to_dict(event)
+        if not any(kind in update for kind in KNOWN_UPDATE_TYPES):
+            return await handler(event, data)
+        bot_id: int = data["bot"].id
+        claim: Claim | None = data.pop("idem_update_claim", None)
+        if claim is None:
+            try:
+                claim = await self.idem.claim_update(update, bot_id=bot_id)
+            except StoreError:
+                if self.on_store_error == "fail_closed":
+                    raise
+                log.error("store outage: update %s processed unguarded (fail_open)", event.update_id)
+                return await handler(event, data)
+        ran, result = await self.idem.process_update(
+            update, lambda: handler(event, data), bot_id=bot_id, claim=claim
+        )
+        return result if ran else UNHANDLED

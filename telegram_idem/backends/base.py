@@ -1,0 +1,159 @@
+"""The store contract (design.md §4).
+
+A store keeps one :class:`~telegram_idem.records.Record` per key and answers each primitive
+in one round trip where the store allows. Subclasses implement the ``_``-prefixed
+primitives; the public methods here wrap the driver's exceptions listed in
+``driver_errors`` into :class:`~telegram_idem.errors.StoreError` once, for every store.
+
+Time belongs to the store: in-process stores take a clock; server stores use the server's
+clock, so workers on different machines judge leases by one clock.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import ClassVar, TypeVar
+
+from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.records import Claim, Record
+
+__all__ = ["Store"]
+
+T = TypeVar("T")
+
+
+class Store(abc.ABC):
+    """Async store of idempotency records.
+
+    Every method raises :class:`StoreError` (with ``original`` set) when the store cannot
+    answer; no method ever reports an outage as a decision.
+    """
+
+    scheme: ClassVar[str] = ""
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
+
+    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await fn()
+        except self.driver_errors as exc:
+            raise StoreError(f"{type(self).__name__}.{op} failed: {exc!r}", original=exc) from exc
+
+    async def claim(
+        self, key: str, *, fingerprint: str | None = None, lease: float, retention: float
+    ) -> Claim:
+        """Claim ``key``: acquire it, or learn why not, in one answer.
+
+        Args:
+            key: the idempotency key.
+            fingerprint: payload fingerprint to compare with the first claim, or ``None``.
+            lease: seconds the lease lasts if acquired (> 0).
+            retention: seconds the record is kept if acquired (≥ lease).
+
+        Returns:
+            A :class:`Claim` whose outcome follows the table in :mod:`telegram_idem.machine`.
+
+        Raises:
+            StoreError: the store could not answer.
+            ConfigurationError: ``lease`` or ``retention`` out of range.
+        """
+        _check_times(lease, retention)
+        return await self._call("claim", lambda: self._claim(key, fingerprint, lease, retention))
+
+    async def claim_many(
+        self, keys: Sequence[str], *, lease: float, retention: float
+    ) -> list[Claim]:
+        """Claim each key (no fingerprints), answers in the order of ``keys``.
+
+        Raises:
+            StoreError: the store could not answer.
+            ConfigurationError: duplicate keys, or times out of range.
+        """
+        _check_times(lease, retention)
+        if len(set(keys)) != len(keys):
+            raise ConfigurationError("claim_many needs distinct keys")
+        return await self._call("claim_many", lambda: self._claim_many(keys, lease, retention))
+
+    async def complete(self, key: str, token: int, result: bytes, *, retention: float) -> bool:
+        """Store ``result`` and mark the key completed, if ``token`` still holds it.
+
+        Args:
+            retention: seconds to keep the completed record, from now.
+
+        Returns:
+            ``False`` if the record no longer carries ``token`` (the lease was taken over).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        return await self._call("complete", lambda: self._complete(key, token, result, retention))
+
+    async def fail(self, key: str, token: int, error: bytes, *, retention: float) -> bool:
+        """Store a failure for replay (``on_error="store"``), if ``token`` still holds.
+
+        Returns ``False`` if not held. Raises :class:`StoreError` on outage.
+        """
+        return await self._call("fail", lambda: self._fail(key, token, error, retention))
+
+    async def release(self, key: str, token: int) -> bool:
+        """End the holder's lease so the next claim acquires (token + 1).
+
+        Returns ``False`` if ``token`` no longer holds the key. Raises :class:`StoreError`.
+        """
+        return await self._call("release", lambda: self._release(key, token))
+
+    async def extend(self, key: str, token: int, *, lease: float) -> bool:
+        """Heartbeat: move the lease end to now + ``lease`` seconds, if ``token`` holds.
+
+        Returns ``False`` if not held. Raises :class:`StoreError` on outage.
+        """
+        return await self._call("extend", lambda: self._extend(key, token, lease))
+
+    async def get(self, key: str) -> Record | None:
+        """The live record of ``key``, or ``None``. Raises :class:`StoreError` on outage."""
+        return await self._call("get", lambda: self._get(key))
+
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _claim_many(self, keys: Sequence[str], lease: float, retention: float) -> list[Claim]:
+        return [await self._claim(k, None, lease, retention) for k in keys]
+
+    @abc.abstractmethod
+    async def _claim(
+        self, key: str, fingerprint: str | None, lease: float, retention: float
+    ) -> Claim: ...
+
+    @abc.abstractmethod
+    async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def _fail(self, key: str, token: int, error: bytes, retention: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def _release(self, key: str, token: int) -> bool: ...
+
+    @abc.abstractmethod
+    async def _extend(self, key: str, token: int, lease: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def _get(self, key: str) -> Record | None: ...
+
+
+def _check_times(lease: float, retention: float) -> None:
+    if not lease > 0:
+        raise ConfigurationError(f"lease must be > 0 seconds, got {lease}")
+    if retention < lease:
+        raise ConfigurationError(f"retention ({retention} s) must be ≥ lease ({lease} s)")

@@ -1,0 +1,117 @@
+"""In-process store (``memory://``) for tests and single-process bots.
+
+Bounded: records past their retention are evicted, and when ``max_items`` is reached the
+records closest to expiry go first (a warning is logged, since evicting a live record can
+let a duplicate through). URL: ``memory://?max_items=100000``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+
+from telegram_idem import machine
+from telegram_idem.backends.base import Store
+from telegram_idem.clock import Clock, system_clock
+from telegram_idem.records import Claim, Record
+
+__all__ = ["MemoryStore"]
+
+log = logging.getLogger("telegram_idem.store.memory")
+
+
+class MemoryStore(Store):
+    """Records in a dict; every primitive is atomic (no await inside).
+
+    Args:
+        clock: seconds since the epoch; decides leases and expiry.
+        max_items: most records kept (> 0).
+    """
+
+    scheme = "memory"
+
+    def __init__(self, *, clock: Clock = system_clock, max_items: int = 100_000) -> None:
+        if max_items <= 0:
+            raise ValueError("max_items must be > 0")
+        self._clock = clock
+        self._max = max_items
+        self._records: dict[str, Record] = {}
+        self._expiry: list[tuple[float, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _live(self, key: str) -> Record | None:
+        record = self._records.get(key)
+        return record if machine.is_live(record, self._clock()) else None
+
+    def _put(self, record: Record) -> None:
+        self._records[record.key] = record
+        heapq.heappush(self._expiry, (record.expires_at, record.key))
+        self._evict()
+
+    def _evict(self) -> None:
+        now = self._clock()
+        while self._expiry and (self._expiry[0][0] <= now or len(self._records) > self._max):
+            at, key = heapq.heappop(self._expiry)
+            record = self._records.get(key)
+            if record is None or record.expires_at != at:
+                continue  # stale heap entry
+            if at > now:
+                log.warning(
+                    "memory store full (max_items=%d): evicting live key %s", self._max, key
+                )
+            del self._records[key]
+        if len(self._expiry) > 4 * self._max + 64:
+            self._expiry = [(r.expires_at, k) for k, r in self._records.items()]
+            heapq.heapify(self._expiry)
+
+    def _apply(self, key: str, fn: Callable[[Record | None, float], Record | None]) -> bool:
+        new = fn(self._records.get(key), self._clock())
+        if new is None:
+            return False
+        self._put(new)
+        return True
+
+    async def _claim(
+        self, key: str, fingerprint: str | None, lease: float, retention: float
+    ) -> Claim:
+        claim, new = machine.decide_claim(
+            self._records.get(key),
+            key=key,
+            fingerprint=fingerprint,
+            now=self._clock(),
+            lease=lease,
+            retention=retention,
+        )
+        if new is not None:
+            self._put(new)
+        return claim
+
+    async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool:
+        return self._apply(
+            key,
+            lambda r, now: machine.do_complete(
+                r, token=token, result=result, now=now, retention=retention
+            ),
+        )
+
+    async def _fail(self, key: str, token: int, error: bytes, retention: float) -> bool:
+        return self._apply(
+            key,
+            lambda r, now: machine.do_fail(
+                r, token=token, error=error, now=now, retention=retention
+            ),
+        )
+
+    async def _release(self, key: str, token: int) -> bool:
+        return self._apply(key, lambda r, now: machine.do_release(r, token=token, now=now))
+
+    async def _extend(self, key: str, token: int, lease: float) -> bool:
+        return self._apply(
+            key, lambda r, now: machine.do_extend(r, token=token, now=now, lease=lease)
+        )
+
+    async def _get(self, key: str) -> Record | None:
+        return self._live(key)

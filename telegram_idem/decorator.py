@@ -1,0 +1,108 @@
+"""``@idempotent(key=...)``: the action guard as a decorator on any async handler.
+
+The key is rendered against the Telegram update bound by the framework adapter (aiogram
+middleware, PTB processor, …), so one template works in every framework::
+
+    @router.callback_query(F.data.startswith("approve:"))
+    @idempotent(key="approve:{callback_query.message.message_id}:{callback_query.from.id}")
+    async def approve(query: CallbackQuery) -> str:
+        ...
+
+Settings live on the decorator itself, never read from a middleware's ``handler``
+argument (in aiogram 3 that is the next layer, not your function).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from telegram_idem.context import current_update
+from telegram_idem.guard import ErrorPolicy, InProgressPolicy
+from telegram_idem.keys import KeySource, fingerprint, render_template
+
+__all__ = ["FingerprintSource", "idempotent"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+FingerprintSource = Sequence[str] | Callable[[Mapping[str, Any]], object]
+"""Dotted update fields whose values make the fingerprint, or a callable on the update."""
+
+
+def _field(update: Mapping[str, Any], path: str) -> object:
+    value: object = update
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def idempotent(
+    *,
+    key: KeySource,
+    fingerprint_fields: FingerprintSource | None = None,
+    in_progress: InProgressPolicy = "raise",
+    on_error: ErrorPolicy = "release",
+    lease: float | None = None,
+    retention: float | None = None,
+    wait_timeout: float | None = None,
+) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
+    """Make an async handler run once per idempotency key; repeats replay its result.
+
+    Args:
+        key: a template over the update (dotted paths such as
+            ``"{callback_query.from.id}"`` and the shorthands ``{bot_id}``, ``{chat_id}``,
+            ``{user_id}``, ``{message_id}``, ``{thread_id}``, ``{callback_data}``), or a
+            callable ``(update: dict) -> str``.
+        fingerprint_fields: update fields (dotted paths) or a callable whose value is
+            hashed; the same key with a different fingerprint raises ``ConflictError``.
+        in_progress: ``"raise"`` | ``"wait"`` | ``"drop"`` (see :meth:`Idem.run`).
+        on_error: ``"release"`` (default: a retry runs again) | ``"store"``.
+        lease, retention, wait_timeout: seconds; default the guard's settings.
+
+    Raises (at call time):
+        ConfigurationError: no update bound (adapter not installed).
+        KeyTemplateError: the template names a field the update lacks.
+        ConflictError, InProgressError, StoredFailureError, LostClaimError, StoreError:
+            see :meth:`telegram_idem.Idem.run`.
+
+    Raises (at decoration):
+        TypeError: the handler is not an ``async def``.
+    """
+
+    def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        if not inspect.iscoroutinefunction(inspect.unwrap(fn)):
+            raise TypeError(f"@idempotent needs an async handler, got {fn!r}")
+        name = getattr(fn, "__qualname__", repr(fn))
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            ctx = current_update()
+            action = (
+                key(ctx.update)
+                if callable(key)
+                else render_template(key, ctx.update, bot_id=ctx.bot_id)
+            )
+            fp: str | None = None
+            if fingerprint_fields is not None:
+                if callable(fingerprint_fields):
+                    fp = fingerprint(fingerprint_fields(ctx.update))
+                else:
+                    fp = fingerprint([_field(ctx.update, f) for f in fingerprint_fields])
+            return await ctx.idem.run(
+                ctx.idem.keys.action(ctx.bot_id, action),
+                lambda: fn(*args, **kwargs),
+                fingerprint=fp,
+                in_progress=in_progress,
+                on_error=on_error,
+                lease=lease,
+                retention=retention,
+                wait_timeout=wait_timeout,
+                handler=name,
+            )
+
+        return wrapper
+
+    return decorate

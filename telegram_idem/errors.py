@@ -1,0 +1,167 @@
+"""Every error telegram-idem raises, in one tree.
+
+::
+
+    IdemError
+    ├── StoreError                   the store could not answer (outage, timeout, throttling);
+    │                                 never reported as "duplicate" or "acquired"
+    ├── ConfigurationError           a bad store URL, option or template
+    │   └── KeyTemplateError         a key template names a field the update lacks
+    ├── MalformedUpdateError         not a Bot API update (no integer ``update_id``)
+    ├── ClaimError                   a decision about one key; carries ``key`` and ``record``
+    │   ├── ConflictError            same key, different fingerprint
+    │   ├── InProgressError          another holder's lease is alive (policy ``raise``,
+    │   │                             or ``wait`` ran out of time)
+    │   ├── LockHeldError            a lock already has a holder
+    │   ├── LostClaimError           complete/release/extend with a stale fencing token
+    │   └── StoredFailureError       replay of a failure stored by ``on_error="store"``
+    ├── ResultEncodingError          a handler result the codec cannot store
+    └── CallbackTokenError           callback data that does not resolve
+        ├── ForgedCallbackTokenError     bad shape or bad signature
+        ├── ExpiredCallbackTokenError    signed, but past its TTL
+        └── UnknownCallbackTokenError    signed and live, but no server-side payload
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from telegram_idem.records import Record
+
+__all__ = [
+    "CallbackTokenError",
+    "ClaimError",
+    "ConfigurationError",
+    "ConflictError",
+    "ExpiredCallbackTokenError",
+    "ForgedCallbackTokenError",
+    "IdemError",
+    "InProgressError",
+    "KeyTemplateError",
+    "LockHeldError",
+    "LostClaimError",
+    "MalformedUpdateError",
+    "ResultEncodingError",
+    "StoreError",
+    "StoredFailureError",
+    "UnknownCallbackTokenError",
+]
+
+
+class IdemError(Exception):
+    """Base class of every telegram-idem error."""
+
+
+class StoreError(IdemError):
+    """The store could not give an answer: connection error, timeout, throttling.
+
+    ``original`` is the driver's exception (also chained as ``__cause__``). An outage is
+    never turned into a "duplicate" or an "acquired" decision: callers apply a policy.
+    """
+
+    def __init__(self, message: str, *, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
+
+
+class ConfigurationError(IdemError, ValueError):
+    """A store URL, option or key template that cannot work."""
+
+
+class KeyTemplateError(ConfigurationError):
+    """A key template names a field absent from the update, or is not a valid template.
+
+    ``template`` is the template, ``field`` the field that failed (or ``None``).
+    """
+
+    def __init__(self, message: str, *, template: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.template = template
+        self.field = field
+
+
+class MalformedUpdateError(IdemError, ValueError):
+    """The object is not a Bot API ``Update``: not a JSON object, or no integer ``update_id``.
+
+    Source: Bot API, "Getting updates" → ``Update`` (``update_id`` is an Integer).
+    """
+
+
+class ClaimError(IdemError):
+    """A decision about one idempotency key. ``key`` and ``record`` say which and why."""
+
+    def __init__(self, message: str, *, key: str, record: Record | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.record = record
+
+
+class ConflictError(ClaimError):
+    """The key was first claimed with a different payload fingerprint."""
+
+
+class InProgressError(ClaimError):
+    """Another holder is running this key and its lease is alive."""
+
+
+class LockHeldError(ClaimError):
+    """The lock has a live holder. ``retry_after`` is seconds until its lease ends."""
+
+    def __init__(
+        self, message: str, *, key: str, record: Record | None = None, retry_after: float = 0.0
+    ) -> None:
+        super().__init__(message, key=key, record=record)
+        self.retry_after = retry_after
+
+
+class LostClaimError(ClaimError):
+    """The holder's fencing token is no longer the record's: its lease was taken over.
+
+    Raised by a completion, release or heartbeat from a holder that stalled past its lease;
+    the new holder's record stands untouched.
+    """
+
+
+class StoredFailureError(ClaimError):
+    """Replay of a failure stored under ``on_error="store"``.
+
+    ``error_type`` and ``error_message`` describe the first run's exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        record: Record | None = None,
+        error_type: str = "",
+        error_message: str = "",
+    ) -> None:
+        super().__init__(message, key=key, record=record)
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class ResultEncodingError(IdemError, TypeError):
+    """A handler or step result the result codec cannot serialise."""
+
+
+class CallbackTokenError(IdemError):
+    """Callback data that does not resolve to a server-side payload. ``data`` is what came."""
+
+    def __init__(self, message: str, *, data: str) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+class ForgedCallbackTokenError(CallbackTokenError):
+    """The callback data is not a token this secret signed (bad shape or bad HMAC)."""
+
+
+class ExpiredCallbackTokenError(CallbackTokenError):
+    """The token is genuine but its TTL has passed."""
+
+
+class UnknownCallbackTokenError(CallbackTokenError):
+    """The token is genuine and live, but the store has no payload for it (revoked or lost)."""

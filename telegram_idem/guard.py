@@ -1,0 +1,423 @@
+"""The guards: one :class:`Idem` object holds a store and the defaults, and runs the
+update guard, the action guard, side-effect steps and locks over it.
+
+The decisions themselves live in :mod:`telegram_idem.machine` (and natively in server
+stores); this module turns them into behaviour: run, replay, raise, wait or drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+from telegram_idem.backends import store_from_url
+from telegram_idem.backends.base import Store
+from telegram_idem.clock import Clock, system_clock
+from telegram_idem.codec import JsonCodec, ResultCodec
+from telegram_idem.context import bind_action, bind_update, current_action, current_update
+from telegram_idem.errors import (
+    ConfigurationError,
+    ConflictError,
+    InProgressError,
+    LockHeldError,
+    LostClaimError,
+    ResultEncodingError,
+    StoredFailureError,
+)
+from telegram_idem.keys import KeyBuilder
+from telegram_idem.logs import log_decision
+from telegram_idem.records import Claim, Outcome, Record
+from telegram_idem.updates import ordering_key, validate_update
+
+__all__ = ["ErrorPolicy", "Idem", "InProgressPolicy"]
+
+T = TypeVar("T")
+InProgressPolicy = Literal["raise", "wait", "drop"]
+ErrorPolicy = Literal["release", "store"]
+Sleep = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger("telegram_idem")
+
+
+class Idem:
+    """Idempotency for one bot (or several: keys carry the bot id).
+
+    Args:
+        store: a :class:`Store` or a store URL (``sqlite:///bot.db``, ``memory://``, …).
+        keys: the key builder (its ``prefix`` namespaces every key).
+        codec: how results are stored (default JSON, which replays falsy values exactly).
+        lease: seconds a holder's lease lasts; a heartbeat extends it every ``lease / 3``
+            seconds while the work runs.
+        update_retention: seconds an update id is remembered (default 48 h; Telegram keeps
+            undelivered updates at most 24 h — Bot API, "Getting updates").
+        action_retention: seconds an action's result is kept for replay (default 24 h).
+        clock: seconds since the epoch, for ``retry_after`` and callback token expiry.
+        sleep: awaited between polls of the ``wait`` policy (inject in tests).
+        heartbeat: extend leases while work runs.
+    """
+
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        keys: KeyBuilder | None = None,
+        codec: ResultCodec | None = None,
+        lease: float = 60.0,
+        update_retention: float = 48 * 3600.0,
+        action_retention: float = 24 * 3600.0,
+        clock: Clock = system_clock,
+        sleep: Sleep = asyncio.sleep,
+        heartbeat: bool = True,
+    ) -> None:
+        self.store = store_from_url(store, clock=clock) if isinstance(store, str) else store
+        self.keys = keys or KeyBuilder()
+        self.codec: ResultCodec = codec or JsonCodec()
+        self.lease = lease
+        self.update_retention = update_retention
+        self.action_retention = action_retention
+        self.clock = clock
+        self.sleep = sleep
+        self.heartbeat = heartbeat
+
+    async def close(self) -> None:
+        """Close the store."""
+        await self.store.close()
+
+    # ------------------------------------------------------------------ leases
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, key: str, token: int, lease: float) -> AsyncIterator[None]:
+        if not self.heartbeat:
+            yield
+            return
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(lease / 3)
+                try:
+                    if not await self.store.extend(key, token, lease=lease):
+                        log.error("lease of %s lost (fencing token %d taken over)", key, token)
+                        return
+                except Exception:  # an outage must not kill the work; completion will tell
+                    log.warning("heartbeat of %s failed", key, exc_info=True)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _finish_ok(self, key: str, token: int, value: Any, retention: float) -> None:
+        try:
+            data = self.codec.encode(value)
+        except ResultEncodingError as exc:
+            # The work is done; store the failure so it is not run again, then tell.
+            await self.store.fail(key, token, _failure(exc), retention=retention)
+            raise
+        if not await self.store.complete(key, token, data, retention=retention):
+            raise LostClaimError(
+                f"{key}: fencing token {token} was taken over; result not stored", key=key
+            )
+
+    # ------------------------------------------------------------ update guard
+
+    async def claim_update(self, update: Mapping[str, Any], *, bot_id: int) -> Claim:
+        """Claim the update guard key ``{bot_id}:u:{update_id}``.
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            StoreError: the store could not answer.
+        """
+        uid = validate_update(dict(update))["update_id"]
+        started = time.perf_counter()
+        claim = await self.store.claim(
+            self.keys.update(bot_id, uid), lease=self.lease, retention=self.update_retention
+        )
+        log_decision(
+            boundary="update",
+            key=claim.record.key,
+            decision=claim.outcome.value,
+            update=update,
+            fencing_token=claim.token,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+        )
+        return claim
+
+    async def process_update(
+        self,
+        update: Mapping[str, Any],
+        call: Callable[[], Awaitable[T]],
+        *,
+        bot_id: int,
+        claim: Claim | None = None,
+    ) -> tuple[bool, T | None]:
+        """Run ``call`` once per ``(bot_id, update_id)``, with the update bound.
+
+        Args:
+            update: the Bot API update dict.
+            call: processes the update (e.g. a dispatcher feed).
+            bot_id: the receiving bot's id.
+            claim: an already acquired claim of this update (a webhook that claimed
+                before answering); ``None`` to claim here.
+
+        Returns:
+            ``(ran, result)``; ``ran`` is ``False`` for a duplicate (not run).
+
+        Raises:
+            StoreError: the store could not answer (the caller's outage policy applies).
+            Exception: whatever ``call`` raised; the claim is released first so a
+                re-delivery runs again.
+        """
+        if claim is None:
+            claim = await self.claim_update(update, bot_id=bot_id)
+        if claim.outcome is not Outcome.ACQUIRED:
+            return False, None
+        key, token = claim.record.key, claim.token
+        try:
+            with bind_update(update, bot_id=bot_id, idem=self):
+                async with self._heartbeat(key, token, self.lease):
+                    result = await call()
+        except BaseException:
+            await self._release_quietly(key, token)
+            raise
+        if not await self.store.complete(key, token, b"null", retention=self.update_retention):
+            log.error("update %s finished after its lease was taken over", key)
+        return True, result
+
+    async def _release_quietly(self, key: str, token: int) -> None:
+        try:
+            await self.store.release(key, token)
+        except Exception:
+            log.warning("could not release %s; it frees when its lease ends", key, exc_info=True)
+
+    # ------------------------------------------------------------ action guard
+
+    async def run(
+        self,
+        key: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        fingerprint: str | None = None,
+        in_progress: InProgressPolicy = "raise",
+        on_error: ErrorPolicy = "release",
+        lease: float | None = None,
+        retention: float | None = None,
+        wait_timeout: float | None = None,
+        handler: str | None = None,
+        boundary: str = "action",
+    ) -> T:
+        """Run ``fn`` at most once per ``key``; later calls get its stored result.
+
+        Args:
+            key: the full idempotency key (see :class:`KeyBuilder`).
+            fn: the work; its result must be storable by the codec.
+            fingerprint: payload fingerprint; a different one under the same key is a
+                conflict.
+            in_progress: when another holder runs the key: ``"raise"``
+                :class:`InProgressError`, ``"wait"`` for its result (at most
+                ``wait_timeout`` seconds, default the lease), or ``"drop"`` (return
+                ``None`` without running).
+            on_error: ``"release"`` the claim when ``fn`` raises (a retry runs again), or
+                ``"store"`` the failure (a retry raises :class:`StoredFailureError`).
+            lease: seconds (default the guard's).
+            retention: seconds the result is kept (default ``action_retention``).
+            handler: name for the decision log.
+
+        Raises:
+            ConflictError: same key, different fingerprint.
+            InProgressError: policy ``raise``, or ``wait`` timed out.
+            StoredFailureError: replay of a stored failure.
+            LostClaimError: ``fn`` finished after its lease was taken over; the new
+                holder's record stands.
+            ResultEncodingError: the result cannot be stored (stored as a failure).
+            StoreError: the store could not answer.
+            Exception: whatever ``fn`` raised.
+        """
+        lease = lease or self.lease
+        retention = retention or self.action_retention
+        deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
+        delay = 0.02
+        ctx = _bound_update()
+        while True:
+            started = time.perf_counter()
+            claim = await self.store.claim(
+                key, fingerprint=fingerprint, lease=lease, retention=retention
+            )
+            outcome = claim.outcome
+            log_decision(
+                boundary=boundary,
+                key=key,
+                decision=outcome.value,
+                update=ctx,
+                handler=handler,
+                fencing_token=claim.token,
+                elapsed_ms=(time.perf_counter() - started) * 1000,
+                level=logging.WARNING if outcome is Outcome.CONFLICT else logging.INFO,
+            )
+            if outcome is Outcome.ACQUIRED:
+                return await self._run_acquired(claim, fn, on_error, lease, retention)
+            if outcome is Outcome.REPLAY:
+                assert claim.record.result is not None
+                return self.codec.decode(claim.record.result)  # type: ignore[no-any-return]
+            if outcome is Outcome.FAILED:
+                raise _stored_failure(claim.record)
+            if outcome is Outcome.CONFLICT:
+                raise ConflictError(
+                    f"{key} was first used with a different payload fingerprint",
+                    key=key,
+                    record=claim.record,
+                )
+            if in_progress == "drop":
+                return None  # type: ignore[return-value]
+            if in_progress == "raise" or time.monotonic() >= deadline:
+                raise InProgressError(
+                    f"{key} is in progress elsewhere", key=key, record=claim.record
+                )
+            await self.sleep(min(delay, max(deadline - time.monotonic(), 0.001)))
+            delay = min(delay * 2, 1.0)
+
+    async def _run_acquired(
+        self,
+        claim: Claim,
+        fn: Callable[[], Awaitable[T]],
+        on_error: ErrorPolicy,
+        lease: float,
+        retention: float,
+    ) -> T:
+        key, token = claim.record.key, claim.token
+        try:
+            with bind_action(key, token):
+                async with self._heartbeat(key, token, lease):
+                    value = await fn()
+        except Exception as exc:
+            if on_error == "store":
+                await self.store.fail(key, token, _failure(exc), retention=retention)
+            else:
+                await self._release_quietly(key, token)
+            raise
+        except BaseException:  # cancellation: let a retry run
+            await self._release_quietly(key, token)
+            raise
+        await self._finish_ok(key, token, value, retention)
+        return value
+
+    # --------------------------------------------------------------- steps
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run the side-effect step ``name`` once inside the current action.
+
+        A retried action skips steps that completed and gets their stored results.
+
+        Args:
+            name: the step's name, unique within its action.
+            fn: the effect; called as ``fn(*args, **kwargs)``.
+            key: a full key to use instead of ``<action key>:s:<name>`` (for a step
+                outside an action).
+
+        Raises:
+            ConfigurationError: no action is running and no ``key`` was given.
+            InProgressError, LostClaimError, ResultEncodingError, StoreError: as
+                :meth:`run`; and whatever ``fn`` raised.
+        """
+        if key is None:
+            action = current_action()
+            if action is None:
+                raise ConfigurationError(
+                    f"step {name!r} needs a running @idempotent action, or an explicit key="
+                )
+            key = self.keys.step(action.key, name)
+        return await self.run(
+            key, lambda: fn(*args, **kwargs), in_progress="wait", handler=name, boundary="step"
+        )
+
+    # --------------------------------------------------------------- locks
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self, name: str, *, bot_id: int | None = None, ttl: float = 120.0
+    ) -> AsyncIterator[Claim]:
+        """Hold the lock ``name`` for the block; released in ``finally``.
+
+        Args:
+            name: what the lock guards (e.g. ``"post:chat:42"``).
+            bot_id: default: the bound update's bot.
+            ttl: seconds after which a holder that never released (a crash) loses it.
+
+        Raises:
+            LockHeldError: another holder has it (``retry_after`` = seconds left).
+            StoreError: the store could not answer.
+        """
+        bot = bot_id if bot_id is not None else current_update().bot_id
+        key = self.keys.lock(bot, name)
+        claim = await self.store.claim(key, lease=ttl, retention=ttl)
+        decision = "acquired" if claim.outcome is Outcome.ACQUIRED else "held"
+        log_decision(
+            boundary="lock",
+            key=key,
+            decision=decision,
+            update=_bound_update(),
+            fencing_token=claim.token,
+        )
+        if claim.outcome is not Outcome.ACQUIRED:
+            retry_after = max(claim.record.lease_expires_at - self.clock(), 0.0)
+            raise LockHeldError(
+                f"{key} is held", key=key, record=claim.record, retry_after=retry_after
+            )
+        try:
+            yield claim
+        finally:
+            await self._release_quietly(key, claim.token)
+
+    def chat_lock(
+        self, *, ttl: float = 120.0, name: str = "chat"
+    ) -> contextlib.AbstractAsyncContextManager[Claim]:
+        """The per-chat lock of the bound update (user for chat-less updates).
+
+        Raises:
+            ConfigurationError: no update bound, or it has neither chat nor user.
+            LockHeldError: another holder has this chat's lock.
+        """
+        ctx = current_update()
+        unit = ordering_key(ctx.update)
+        if unit is None:
+            raise ConfigurationError("this update has neither a chat nor a user to lock")
+        return self.lock(f"{name}:{unit}", bot_id=ctx.bot_id, ttl=ttl)
+
+
+def _bound_update() -> Mapping[str, Any] | None:
+    try:
+        return current_update().update
+    except ConfigurationError:
+        return None
+
+
+def _failure(exc: BaseException) -> bytes:
+    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+
+
+def _stored_failure(record: Record) -> StoredFailureError:
+    info: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, TypeError):
+        info = json.loads(record.result or b"{}")
+    return StoredFailureError(
+        f"{record.key} failed before and its failure was stored: "
+        f"{info.get('type', '?')}: {info.get('message', '')}",
+        key=record.key,
+        record=record,
+        error_type=str(info.get("type", "")),
+        error_message=str(info.get("message", "")),
+    )
