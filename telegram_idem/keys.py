@@ -95,7 +95,15 @@ def render_template(template: str, update: Mapping[str, Any], *, bot_id: int | N
                 template=template,
                 field=field or None,
             )
-        out.append(format(_resolve(update, field, bot_id, template), spec or ""))
+        value = _resolve(update, field, bot_id, template)
+        try:
+            out.append(format(value, spec or ""))
+        except (ValueError, TypeError) as exc:
+            raise KeyTemplateError(
+                f"bad key template {template!r}: format spec {spec!r} of {{{field}}}: {exc}",
+                template=template,
+                field=field,
+            ) from exc
     return "".join(out)
 
 

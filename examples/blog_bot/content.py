@@ -390,7 +390,9 @@ def orphan_images(files: Mapping[str, str], slug: str) -> list[str]:
         one of the post's files (:func:`post_files`) and by no other ``.md`` file.
     """
     own = set(post_files(files, slug))
-    used = set().union(*(referenced_images(files[path]) for path in own))
+    used: set[str] = set()
+    for path in own:
+        used |= referenced_images(files[path])
     elsewhere: set[str] = set()
     for path, text in files.items():
         if path.endswith(".md") and path not in own:

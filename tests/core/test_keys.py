@@ -1,0 +1,261 @@
+"""Key templates over the shipped update fixtures, the key layout, and fingerprints."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from telegram_idem import KeyBuilder, KeyTemplateError, fingerprint, render_template
+from telegram_idem.testing.delivery import fixture_names, load_fixture
+
+BOT = 7000000001
+SHORTHANDS = ("chat_id", "user_id", "message_id", "thread_id", "callback_data")
+
+# What each shorthand resolves to per fixture (None: absent, so a KeyTemplateError).
+EXPECTED: dict[str, dict[str, Any]] = {
+    "callback_delete": {
+        "chat_id": 5550001001,
+        "user_id": 5550001001,
+        "message_id": 4130,
+        "thread_id": None,
+        "callback_data": "del:8f3a1b2c9d",
+    },
+    "channel_post": {
+        "chat_id": -1009876543210,
+        "user_id": None,
+        "message_id": 310,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "edited_message": {
+        "chat_id": 5550001001,
+        "user_id": 5550001001,
+        "message_id": 4121,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "group_command_with_botname": {
+        "chat_id": -1001234567890,
+        "user_id": 5550002002,
+        "message_id": 88,
+        "thread_id": 77,
+        "callback_data": None,
+    },
+    "inline_query": {
+        "chat_id": None,
+        "user_id": 5550003003,
+        "message_id": None,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "my_chat_member": {
+        "chat_id": -1001234567890,
+        "user_id": 5550002002,
+        "message_id": None,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "poll_answer": {
+        "chat_id": None,
+        "user_id": 5550003003,
+        "message_id": None,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "pre_checkout_query": {
+        "chat_id": None,
+        "user_id": 5550004004,
+        "message_id": None,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "random_id_after_silence": {
+        "chat_id": 5550001001,
+        "user_id": 5550001001,
+        "message_id": 4200,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "successful_payment": {
+        "chat_id": 5550004004,
+        "user_id": 5550004004,
+        "message_id": 5001,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "techpost_command": {
+        "chat_id": 5550001001,
+        "user_id": 5550001001,
+        "message_id": 4121,
+        "thread_id": None,
+        "callback_data": None,
+    },
+    "techpost_no_title": {
+        "chat_id": 5550001001,
+        "user_id": 5550001001,
+        "message_id": 4122,
+        "thread_id": None,
+        "callback_data": None,
+    },
+}
+
+APPROVE = "approve:{callback_query.message.message_id}:{callback_query.from.id}"
+
+
+def test_every_fixture_has_expectations() -> None:
+    assert sorted(EXPECTED) == fixture_names()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_dotted_template_on_every_fixture(name: str) -> None:
+    update = load_fixture(name)
+    if name == "callback_delete":
+        assert render_template(APPROVE, update, bot_id=BOT) == "approve:4130:5550001001"
+    else:
+        with pytest.raises(KeyTemplateError) as info:
+            render_template(APPROVE, update, bot_id=BOT)
+        assert info.value.field == "callback_query.message.message_id"
+        assert info.value.template == APPROVE
+        assert "callback_query.message.message_id" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("shorthand", SHORTHANDS)
+def test_shorthands_on_every_fixture(name: str, shorthand: str) -> None:
+    update = load_fixture(name)
+    expected = EXPECTED[name][shorthand]
+    template = f"k:{{{shorthand}}}"
+    if expected is None:
+        with pytest.raises(KeyTemplateError) as info:
+            render_template(template, update, bot_id=BOT)
+        assert info.value.field == shorthand
+        assert shorthand in str(info.value)
+    else:
+        key = render_template(template, update, bot_id=BOT)
+        assert key == f"k:{expected}"
+        assert "None" not in key
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_no_key_ever_contains_none(name: str) -> None:
+    update = load_fixture(name)
+    templates = [
+        *(f"{{{s}}}" for s in SHORTHANDS),
+        "{bot_id}:{chat_id}:{user_id}",
+        "{bot_id}:{message_id}:{callback_data}",
+        APPROVE,
+        "pay:{message.successful_payment.telegram_payment_charge_id}",
+        "{message.from.last_name}",
+        "{callback_query.inline_message_id}",
+        "{message.chat}",  # an object, not a value
+        "{message.entities}",  # a list, not a value
+    ]
+    rendered = 0
+    for template in templates:
+        try:
+            key = render_template(template, update, bot_id=BOT)
+        except KeyTemplateError:
+            continue
+        rendered += 1
+        assert "None" not in key
+    assert rendered >= 1  # {bot_id} at least
+
+
+def test_bot_id_shorthand() -> None:
+    update = load_fixture("techpost_command")
+    assert render_template("{bot_id}:{chat_id}", update, bot_id=BOT) == f"{BOT}:5550001001"
+    with pytest.raises(KeyTemplateError) as info:
+        render_template("{bot_id}:{chat_id}", update, bot_id=None)
+    assert info.value.field == "bot_id"
+
+
+def test_inline_query_chat_id_names_the_field() -> None:
+    with pytest.raises(KeyTemplateError) as info:
+        render_template("post:{chat_id}", load_fixture("inline_query"), bot_id=BOT)
+    assert info.value.field == "chat_id"
+    assert "{chat_id}" in str(info.value)
+    assert "inline_query" in str(info.value)
+
+
+def test_topic_and_payment_templates() -> None:
+    group = load_fixture("group_command_with_botname")
+    assert (
+        render_template("draft:{chat_id}:{thread_id}:{message.from.id}", group, bot_id=BOT)
+        == "draft:-1001234567890:77:5550002002"
+    )
+    pay = load_fixture("successful_payment")
+    assert (
+        render_template("pay:{message.successful_payment.telegram_payment_charge_id}", pay, bot_id=1)
+        == "pay:stxExampleCharge0001"
+    )
+    assert render_template("e:{message.entities.0.type}", group, bot_id=1) == "e:bot_command"
+    with pytest.raises(KeyTemplateError):
+        render_template("e:{message.entities.5.type}", group, bot_id=1)
+
+
+def test_explicit_null_and_empty_values() -> None:
+    update = {"update_id": 1, "message": {"message_id": 5, "text": None, "caption": ""}}
+    with pytest.raises(KeyTemplateError):
+        render_template("{message.text}", update, bot_id=1)
+    assert render_template("c:{message.caption}", update, bot_id=1) == "c:"
+
+
+def test_format_spec_is_applied() -> None:
+    update = load_fixture("techpost_command")
+    assert render_template("{message_id:08d}", update, bot_id=1) == "00004121"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{}",
+        "a:{}:b",
+        "{0}",
+        "{message.text!r}",
+        "{chat_id!s}",
+        "{chat_id",
+        "chat_id}",
+        "{{chat_id}",
+        "{chat_id:{message_id}}",  # nested replacement field in the spec
+        "{message.text:d}",  # a spec the value cannot take
+        "{chat_id:zz}",
+    ],
+)
+def test_bad_templates_raise_key_template_error(template: str) -> None:
+    update = load_fixture("techpost_command")
+    with pytest.raises(KeyTemplateError) as info:
+        render_template(template, update, bot_id=BOT)
+    assert info.value.template == template
+
+
+def test_literal_braces_are_allowed() -> None:
+    update = load_fixture("techpost_command")
+    assert render_template("{{x}}:{chat_id}", update, bot_id=1) == "{x}:5550001001"
+
+
+def test_key_layout() -> None:
+    keys = KeyBuilder()
+    assert keys.update(BOT, 734519001) == f"idem:{BOT}:u:734519001"
+    action = keys.action(BOT, "approve:4130")
+    assert action == f"idem:{BOT}:a:approve:4130"
+    assert keys.step(action, "commit") == f"idem:{BOT}:a:approve:4130:s:commit"
+    assert keys.lock(BOT, "chat:42") == f"idem:{BOT}:l:chat:42"
+    assert keys.callback(BOT, "abc") == f"idem:{BOT}:cb:abc"
+    assert KeyBuilder("test").update(1, 2) == "test:1:u:2"
+    # bots never share update keys
+    assert keys.update(1, 5) != keys.update(2, 5)
+
+
+def test_fingerprint_is_canonical() -> None:
+    a = fingerprint({"title": "웹훅", "langs": ["ko", "en"], "n": 1})
+    b = fingerprint({"n": 1, "langs": ["ko", "en"], "title": "웹훅"})
+    assert a == b
+    assert re.fullmatch(r"[0-9a-f]{32}", a)
+    assert fingerprint({"title": "웹훅", "langs": ["en", "ko"], "n": 1}) != a  # lists keep order
+    assert fingerprint({"title": "웹훅", "langs": ["ko", "en"], "n": 2}) != a
+    assert fingerprint({"nested": {"b": 1, "a": 2}}) == fingerprint({"nested": {"a": 2, "b": 1}})
+    assert fingerprint(None) != fingerprint(0) != fingerprint("") != fingerprint(False)
+    with pytest.raises(TypeError):
+        fingerprint(object())
