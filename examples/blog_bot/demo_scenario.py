@@ -29,7 +29,7 @@ __all__ = [
 
 _ids = itertools.count(734_520_000)
 
-WRONG_SECRET = {
+WRONG_SECRET: dict[str, Any] = {
     "update_id": 999_000_001,
     "message": {"message_id": 1, "date": 0, "chat": {"id": 1, "type": "private"}},
 }
