@@ -39,7 +39,7 @@ class BlogBot:
     def web_app(self, *, path: str = "/webhook") -> web.Application:
         """An aiohttp app serving ``POST <path>`` (fast-ack) and ``GET /healthz``."""
         app = web.Application()
-        app.router.add_post(path, self.webhook)
+        app.router.add_post(path, self.webhook.handle)
         app.router.add_get("/healthz", _healthz)
         app.on_shutdown.append(self._on_shutdown)
         return app
@@ -81,7 +81,7 @@ def build_blog_bot(
         writer=writer, publisher=publisher, lock_ttl=settings.lock_ttl, settings=settings
     )
     dp.update.outer_middleware(IdempotencyMiddleware(idem, tokens=tokens))
-    dp.include_routers(posting.router, deleting.router, misc.router)
+    dp.include_routers(posting.make_router(), deleting.make_router(), misc.make_router())
     webhook = FastAckWebhook(
         dp, bot, idem, secret_token=settings.webhook_secret, background=background
     )

@@ -27,9 +27,8 @@ from examples.blog_bot.publisher import Publisher
 from examples.blog_bot.telegram_calls import edit_text, with_retry_after
 from telegram_idem import CallbackTokenError, CallbackTokens, idempotent
 
-__all__ = ["PAGE_SIZE", "router"]
+__all__ = ["PAGE_SIZE", "make_router"]
 
-router = Router(name="deleting")
 PAGE_SIZE = 5
 
 
@@ -65,7 +64,6 @@ async def button_action(
     }
 
 
-@router.callback_query(F.data.regexp(r"^(del|unpub|dsel):"))
 async def on_post_button(
     query: CallbackQuery, bot: Bot, idem_tokens: CallbackTokens, publisher: Publisher
 ) -> None:
@@ -134,7 +132,6 @@ async def delete_by_name(message: Message, slug: str, *, publisher: Publisher) -
     return sha
 
 
-@router.message(Command("delete"))
 async def on_delete(
     message: Message,
     command: CommandObject,
@@ -149,7 +146,6 @@ async def on_delete(
         await send_delete_list(message, bot=bot, tokens=idem_tokens, publisher=publisher)
 
 
-@router.callback_query(F.data.regexp(r"^dpage:\d{1,4}$"))
 async def on_page(
     query: CallbackQuery, bot: Bot, idem_tokens: CallbackTokens, publisher: Publisher
 ) -> None:
@@ -161,3 +157,12 @@ async def on_page(
             await edit_text(bot, query.message.chat.id, query.message.message_id, text, markup)
     finally:
         await with_retry_after(lambda: query.answer())
+
+
+def make_router() -> Router:
+    """A new router with this module's handlers (a router attaches to one dispatcher)."""
+    router = Router(name="deleting")
+    router.callback_query.register(on_post_button, F.data.regexp(r"^(del|unpub|dsel):"))
+    router.message.register(on_delete, Command("delete"))
+    router.callback_query.register(on_page, F.data.regexp(r"^dpage:\d{1,4}$"))
+    return router

@@ -57,7 +57,7 @@ def _commit_messages(repo_path: str) -> list[str]:
 
 async def _start(blog: BlogBot, slow: FastAckWebhook) -> tuple[web.AppRunner, str]:
     app = blog.web_app()
-    app.router.add_post("/webhook-inline", slow)
+    app.router.add_post("/webhook-inline", slow.handle)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -15,18 +15,14 @@ from aiogram.types import InlineQuery, Message, PreCheckoutQuery
 from examples.blog_bot.telegram_calls import with_retry_after
 from telegram_idem import idempotent
 
-__all__ = ["router"]
-
-router = Router(name="misc")
+__all__ = ["make_router"]
 
 
-@router.pre_checkout_query()
 async def on_pre_checkout(query: PreCheckoutQuery) -> None:
     """Accept the order (the demo sells nothing real)."""
     await with_retry_after(lambda: query.answer(ok=True))
 
 
-@router.message(F.successful_payment)
 @idempotent(key="pay:{message.successful_payment.telegram_payment_charge_id}")
 async def on_payment(message: Message) -> int:
     """Thank the payer once per charge; returns the thank-you message id."""
@@ -34,7 +30,15 @@ async def on_payment(message: Message) -> int:
     return sent.message_id
 
 
-@router.inline_query()
 async def on_inline(query: InlineQuery) -> None:
     """No inline mode here: answer with no results so the client stops waiting."""
     await with_retry_after(lambda: query.answer(results=[], cache_time=1))
+
+
+def make_router() -> Router:
+    """A new router with this module's handlers (a router attaches to one dispatcher)."""
+    router = Router(name="misc")
+    router.pre_checkout_query.register(on_pre_checkout)
+    router.message.register(on_payment, F.successful_payment)
+    router.inline_query.register(on_inline)
+    return router

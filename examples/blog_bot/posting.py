@@ -27,9 +27,7 @@ from examples.blog_bot.telegram_calls import edit_text, with_retry_after
 from examples.blog_bot.writer import Writer
 from telegram_idem import CallbackTokens, Idem, LockHeldError, idempotent
 
-__all__ = ["router"]
-
-router = Router(name="posting")
+__all__ = ["make_router"]
 
 
 def post_buttons(tokens: dict[str, str]) -> InlineKeyboardMarkup:
@@ -96,7 +94,6 @@ async def publish_post(
     return {"slug": post.slug, "commit": sha, "status_message_id": status}
 
 
-@router.message(Command("techpost", "post"))
 async def on_techpost(
     message: Message,
     command: CommandObject,
@@ -140,7 +137,14 @@ async def _reply(message: Message, text: str) -> int:
     return sent.message_id
 
 
-@router.message(Command("draft"))
 async def on_draft(message: Message, command: CommandObject, idem: Idem, writer: Writer) -> None:
     """``/draft [topic]`` (also ``/draft@botname`` in groups and forum topics)."""
     await write_draft(message, (command.args or "").strip(), idem=idem, writer=writer)
+
+
+def make_router() -> Router:
+    """A new router with this module's handlers (a router attaches to one dispatcher)."""
+    router = Router(name="posting")
+    router.message.register(on_techpost, Command("techpost", "post"))
+    router.message.register(on_draft, Command("draft"))
+    return router

@@ -21,6 +21,7 @@ import base64
 import os
 import posixpath
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -243,17 +244,23 @@ class LocalGitPublisher(_BranchPublisher):
         self.branch = branch
         self._ref = Ref(f"refs/heads/{branch}".encode())
         self._author = author.encode()
+        self._init_lock = threading.Lock()
 
     @contextmanager
     def _repo(self) -> Iterator[Repo]:
         with _dulwich_errors():
-            if not self.path.exists() or not any(self.path.iterdir()):
-                self.path.mkdir(parents=True, exist_ok=True)
-                Repo.init_bare(self.path, default_branch=self.branch.encode()).close()
-            repo = Repo(str(self.path))
+            with self._init_lock:  # first calls may run in several threads at once
+                if not self.path.exists() or not any(self.path.iterdir()):
+                    self.path.mkdir(parents=True, exist_ok=True)
+                    Repo.init_bare(self.path, default_branch=self.branch.encode()).close()
+                repo = Repo(str(self.path))
+                try:
+                    if self._ref not in repo.refs:
+                        self._initial_commit(repo)
+                except BaseException:
+                    repo.close()
+                    raise
             try:
-                if self._ref not in repo.refs:
-                    self._initial_commit(repo)
                 yield repo
             finally:
                 repo.close()

@@ -43,7 +43,7 @@ StorePolicy = Literal["fail_closed", "fail_open"]
 
 def update_to_dict(update: Update) -> dict[str, Any]:
     """The update as Bot API JSON (``from``, not ``from_user``), fields as received."""
-    return update.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    return update.model_dump(mode="json", exclude_unset=True, exclude_none=True, by_alias=True)
 
 
 class IdempotencyMiddleware(BaseMiddleware):
@@ -93,7 +93,9 @@ class IdempotencyMiddleware(BaseMiddleware):
             except StoreError:
                 if self.on_store_error == "fail_closed":
                     raise
-                log.error("store outage: update %s processed unguarded (fail_open)", event.update_id)
+                log.error(
+                    "store outage: update %s processed unguarded (fail_open)", event.update_id
+                )
                 return await handler(event, data)
         ran, result = await self.idem.process_update(
             update, lambda: handler(event, data), bot_id=bot_id, claim=claim

@@ -42,7 +42,7 @@ log = logging.getLogger("telegram_idem.webhook")
 
 
 class FastAckWebhook:
-    """An aiohttp request handler (``app.router.add_post(path, FastAckWebhook(...))``).
+    """An aiohttp request handler: ``app.router.add_post(path, FastAckWebhook(...).handle)``.
 
     Args:
         dispatcher: the aiogram dispatcher (with ``IdempotencyMiddleware`` registered).
@@ -83,7 +83,12 @@ class FastAckWebhook:
         """Updates being processed in the background now."""
         return len(self._tasks)
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one webhook POST (see the module's table).
+
+        Raises:
+            aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
+        """
         raw = await read_update(request, secret=self.secret_token, max_body=self.max_body)
         try:
             update = Update.model_validate(raw, context={"bot": self.bot})

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from telegram_idem import machine
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import Clock, system_clock
+from telegram_idem.errors import StoreError
 from telegram_idem.records import Claim, Record, Status
 
 __all__ = ["SQLiteStore"]
@@ -103,6 +104,8 @@ class SQLiteStore(Store):
         self._writes = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idem-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -118,6 +121,9 @@ class SQLiteStore(Store):
         return self._conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreError(f"SQLiteStore({self.path!r}) is closed")
+
         def job() -> T:
             return fn(self._connect())
 
@@ -230,7 +236,8 @@ class SQLiteStore(Store):
         return await self._call("purge", lambda: self._run(job))
 
     async def close(self) -> None:
-        """Close the connection and its thread. Idempotent."""
+        """Close the connection and its thread. Idempotent; later calls raise StoreError."""
+        self._closed = True
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)

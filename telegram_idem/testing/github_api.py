@@ -142,6 +142,7 @@ class FakeGitHub:
         self._refs: dict[str, str] = {}
         self._clock = 0
         self._faults: deque[_Fault] = deque()
+        self._hooks: list[tuple[str, str, Callable[[], object]]] = []
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
         tree = self._store_flat(
@@ -227,6 +228,10 @@ class FakeGitHub:
             sha = parents[0] if parents else None
         return shas
 
+    def tree_sha(self, commit: str | None = None) -> str:
+        """Root tree sha of ``commit`` (default: the default branch's head)."""
+        return self._commits[commit or self.head()].tree
+
     def commit_message(self, sha: str) -> str:
         """Message of commit ``sha``."""
         return self._commits[sha].message
@@ -278,6 +283,14 @@ class FakeGitHub:
         Faults queue up and are consumed in order of matching requests.
         """
         self._faults.append(_Fault(method.upper(), path_suffix, status, message))
+
+    def before_next(self, method: str, path_suffix: str, action: Callable[[], object]) -> None:
+        """Run ``action`` just before serving the next matching request (once).
+
+        E.g. ``before_next("PATCH", "/git/refs/heads/main", lambda: gh.push({...}))`` makes
+        another writer win the race for the branch.
+        """
+        self._hooks.append((method.upper(), path_suffix, action))
 
     def writes(self) -> list[RecordedRequest]:
         """Recorded requests that are not ``GET``/``HEAD``."""
@@ -447,6 +460,11 @@ class FakeGitHub:
                 raise _APIError(404, "Not Found")
             if (match.get("owner"), match.get("repo")) != (self.owner, self.repo):
                 raise _APIError(404, "Not Found")
+            for hook in self._hooks:
+                if hook[0] == request.method and request.path.endswith(hook[1]):
+                    self._hooks.remove(hook)
+                    hook[2]()
+                    break
             for fault in self._faults:
                 if fault.method == request.method and request.path.endswith(fault.path_suffix):
                     self._faults.remove(fault)

@@ -34,15 +34,21 @@ from examples.blog_bot.content import (
 )
 
 DAY = dt.date(2026, 10, 21)
-SLUG_CHARS = re.compile(r"^[a-z0-9\-\uac00-\ud7a3\u1100-\u11ff\u3131-\u318e\u3041-\u309e\u30a1-\u30fe\u3400-\u4dbf\u4e00-\u9fff\u3005]+$")
+SLUG_CHARS = re.compile(
+    r"^[a-z0-9\-\uac00-\ud7a3\u1100-\u11ff\u3131-\u318e\u3041-\u309e\u30a1-\u30fe\u3400-\u4dbf\u4e00-\u9fff\u3005]+$"
+)
 
 
 def post(slug: str = "webhook", title: str = "웹훅 노트", date: dt.date = DAY) -> Post:
-    return Post(slug=slug, titles={"ko": title, "en": f"{title} (en)", "ja": f"{title} (ja)"}, date=date)
+    return Post(
+        slug=slug, titles={"ko": title, "en": f"{title} (en)", "ja": f"{title} (ja)"}, date=date
+    )
 
 
 def bodies(extra: str = "") -> dict[str, str]:
-    return {lang: f'---\ntitle: "t-{lang}"\n---\n\n# t-{lang}\n\nbody {lang}\n{extra}' for lang in LANGS}
+    return {
+        lang: f'---\ntitle: "t-{lang}"\n---\n\n# t-{lang}\n\nbody {lang}\n{extra}' for lang in LANGS
+    }
 
 
 def published(*posts: Post, extra: str = "") -> dict[str, str]:
@@ -106,7 +112,12 @@ def test_render_post_file_replaces_front_matter() -> None:
     p = Post("s", {"ko": '따옴표 "와" 콜론: 제목'}, DAY)
     text = render_post_file(p, "ko", '---\ntitle: "old"\nfoo: bar\n---\n\n# Heading\n\nBody\n')
     fields, body = parse_front_matter(text)
-    assert fields == {"title": '따옴표 "와" 콜론: 제목', "date": "2026-10-21", "lang": "ko", "slug": "s"}
+    assert fields == {
+        "title": '따옴표 "와" 콜론: 제목',
+        "date": "2026-10-21",
+        "lang": "ko",
+        "slug": "s",
+    }
     assert body == "# Heading\n\nBody\n"
     assert text.count("---") == 2
 
@@ -200,7 +211,9 @@ def test_dead_links_reports_missing_targets_only() -> None:
 
 
 def test_dead_links_resolves_relative_forms_and_skips_external() -> None:
-    index = "[x](./x) [y](../y/) [g](https://example.com/z.md) [r](/root.md) [h](#top) [q](x.md#sec)"
+    index = (
+        "[x](./x) [y](../y/) [g](https://example.com/z.md) [r](/root.md) [h](#top) [q](x.md#sec)"
+    )
     files = {"ko/tech/index.md": index, "ko/tech/x.md": ""}
     assert dead_links(files) == ["ko/tech/index.md -> ko/y/index.md"]
 
@@ -215,7 +228,9 @@ def test_referenced_images() -> None:
 
 
 def test_orphan_images_excludes_shared_and_absent_images() -> None:
-    files = published(post("a"), extra="![](/images/own.png) ![](/images/shared.png) ![](/images/gone.png)")
+    files = published(
+        post("a"), extra="![](/images/own.png) ![](/images/shared.png) ![](/images/gone.png)"
+    )
     files["ko/other.md"] = "![](/images/shared.png)"
     files["public/images/own.png"] = ""
     files["public/images/shared.png"] = ""

@@ -146,8 +146,12 @@ def test_invalid_delay_scale(scale: float) -> None:
 
 @pytest.mark.parametrize(
     ("env", "scale"),
-    [({}, 1.0), ({"WRITER_DELAY_SCALE": ""}, 1.0), ({"WRITER_DELAY_SCALE": " 0 "}, 0.0),
-     ({"WRITER_DELAY_SCALE": "0.25"}, 0.25)],
+    [
+        ({}, 1.0),
+        ({"WRITER_DELAY_SCALE": ""}, 1.0),
+        ({"WRITER_DELAY_SCALE": " 0 "}, 0.0),
+        ({"WRITER_DELAY_SCALE": "0.25"}, 0.25),
+    ],
 )
 def test_writer_from_env(env: dict[str, str], scale: float) -> None:
     writer = writer_from_env(env)

@@ -187,7 +187,9 @@ def test_topic_and_payment_templates() -> None:
     )
     pay = load_fixture("successful_payment")
     assert (
-        render_template("pay:{message.successful_payment.telegram_payment_charge_id}", pay, bot_id=1)
+        render_template(
+            "pay:{message.successful_payment.telegram_payment_charge_id}", pay, bot_id=1
+        )
         == "pay:stxExampleCharge0001"
     )
     assert render_template("e:{message.entities.0.type}", group, bot_id=1) == "e:bot_command"

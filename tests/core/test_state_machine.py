@@ -7,12 +7,21 @@ Time moves with the shared ``ManualClock``; nothing sleeps.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
-from telegram_idem import Claim, ConfigurationError, ManualClock, Outcome, Status, Store
+from telegram_idem import (
+    Claim,
+    ConfigurationError,
+    ManualClock,
+    Outcome,
+    Status,
+    Store,
+    StoreError,
+)
 from telegram_idem.backends.sqlite import SQLiteStore
 
 LEASE = 30.0
@@ -183,9 +192,7 @@ async def test_takeover_after_lease_expiry(store: Store, clock: ManualClock) -> 
     )
 
 
-async def test_zombie_completion_rejected_after_takeover(
-    store: Store, clock: ManualClock
-) -> None:
+async def test_zombie_completion_rejected_after_takeover(store: Store, clock: ManualClock) -> None:
     zombie = await claim(store)
     clock.advance(LEASE + 1)
     holder = await claim(store)
@@ -442,3 +449,51 @@ def test_concurrent_claims_from_threads_acquire_once(tmp_path: Path, clock: Manu
     assert len(outcomes) == 20
     assert outcomes.count(Outcome.ACQUIRED) == 1
     assert outcomes.count(Outcome.IN_PROGRESS) == 19
+
+
+async def test_sqlite_outage_is_a_store_error_with_the_original(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    broken = SQLiteStore(tmp_path, clock=clock)  # a directory is not a database file
+    try:
+        with pytest.raises(StoreError) as info:
+            await claim(broken)
+        assert isinstance(info.value.original, sqlite3.OperationalError)
+        assert info.value.__cause__ is info.value.original
+        with pytest.raises(StoreError):
+            await broken.get(KEY)
+        with pytest.raises(StoreError):
+            await broken.complete(KEY, 1, b"1", retention=RETENTION)
+    finally:
+        await broken.close()
+
+
+async def test_closed_sqlite_store_raises_store_error(tmp_path: Path, clock: ManualClock) -> None:
+    s = SQLiteStore(tmp_path / "closed.db", clock=clock)
+    first = await claim(s)
+    await s.close()
+    await s.close()  # idempotent
+    for call in (
+        lambda: claim(s),
+        lambda: s.claim_many([KEY], lease=LEASE, retention=RETENTION),
+        lambda: s.complete(KEY, first.token, b"1", retention=RETENTION),
+        lambda: s.release(KEY, first.token),
+        lambda: s.extend(KEY, first.token, lease=LEASE),
+        lambda: s.get(KEY),
+        s.purge,
+    ):
+        with pytest.raises(StoreError):
+            await call()
+
+
+async def test_sqlite_purge_deletes_expired_records(tmp_path: Path, clock: ManualClock) -> None:
+    s = SQLiteStore(tmp_path / "purge.db", clock=clock)
+    try:
+        for i in range(3):
+            await claim(s, f"k{i}", lease=5.0, retention=10.0 + i * 100)
+        clock.advance(50)
+        assert await s.purge() == 1
+        assert await s.purge() == 0
+        assert await s.get("k1") is not None
+    finally:
+        await s.close()
