@@ -130,7 +130,7 @@ def _check_paths(changeset: Changeset) -> None:
 class _BranchPublisher(abc.ABC):
     """The retry/serialisation logic shared by both publishers.
 
-    Subclasses implement three blocking primitives, run in threads.
+    Subclasses implement four blocking primitives, run in threads.
     """
 
     def __init__(self, *, attempts: int, retry_delay: float) -> None:
