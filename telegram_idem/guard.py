@@ -56,7 +56,9 @@ class Idem:
         update_retention: seconds an update id is remembered (default 48 h; Telegram keeps
             undelivered updates at most 24 h — Bot API, "Getting updates").
         action_retention: seconds an action's result is kept for replay (default 24 h).
-        clock: seconds since the epoch, for ``retry_after`` and callback token expiry.
+        clock: seconds since the epoch, for ``retry_after`` and callback token expiry; also
+            given to a store made from a URL (``None``: the store's own time source, the
+            server's clock for server stores).
         sleep: awaited between polls of the ``wait`` policy (inject in tests).
         heartbeat: extend leases while work runs.
     """
@@ -70,7 +72,7 @@ class Idem:
         lease: float = 60.0,
         update_retention: float = 48 * 3600.0,
         action_retention: float = 24 * 3600.0,
-        clock: Clock = system_clock,
+        clock: Clock | None = None,
         sleep: Sleep = asyncio.sleep,
         heartbeat: bool = True,
     ) -> None:
@@ -80,7 +82,7 @@ class Idem:
         self.lease = lease
         self.update_retention = update_retention
         self.action_retention = action_retention
-        self.clock = clock
+        self.clock: Clock = clock or system_clock
         self.sleep = sleep
         self.heartbeat = heartbeat
 

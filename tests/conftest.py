@@ -1,31 +1,48 @@
-"""Shared fixtures: a manual clock and one ``store`` fixture parametrised over every store.
+"""Shared fixtures: a manual clock, and one ``store`` fixture parametrised over every store.
 
-Every conformance test takes ``store`` and runs once per store (the style of the ``limits``
-library): each store is a fixture named ``<name>_store`` and ``STORES`` lists them as
-``pytest.param`` entries. To add a store (Postgres, Redis, DynamoDB), write its
-``<name>_store`` fixture (skipping when its server is unreachable) and append
-``pytest.param("<name>_store", id="<name>", marks=pytest.mark.<name>)`` to ``STORES``.
+Every store contributes a ``<name>_url_factory`` fixture: a callable returning a new,
+isolated store URL each time it is called (its own file, key prefix, table or table
+prefix), all cleaned up at teardown. From it come
 
-In-process stores take the shared :class:`ManualClock`, so tests move time with
-``clock.advance`` and never sleep.
+- ``store_url_factory``: the factory of the store under test (parametrised over ``STORES``);
+- ``store``: one store made from a fresh URL with the shared :class:`ManualClock`;
+- ``store_factory``: more store objects on the *same* URL (separate connections).
+
+Server stores skip (or fail under ``IDEM_REQUIRE_SERVICES=1``) when their service is
+absent: see ``tests/services.py``. In-process stores take the shared clock, and server
+stores are given it too, so tests move time with ``clock.advance`` and never sleep.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fixtures_dynamodb import dynamodb_url_factory  # noqa: F401
+from fixtures_postgres import postgres_url_factory  # noqa: F401
+from fixtures_redis import redis_cluster_url_factory, redis_url_factory  # noqa: F401
 
+from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
-from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.sqlite import SQLiteStore
 from telegram_idem.clock import ManualClock
 
+UrlFactory = Callable[[], str]
+StoreFactory = Callable[[], Awaitable[Store]]
+
 STORES = [
-    pytest.param("memory_store", id="memory"),
-    pytest.param("sqlite_store", id="sqlite"),
+    pytest.param("memory_url_factory", id="memory", marks=pytest.mark.memory),
+    pytest.param("sqlite_url_factory", id="sqlite", marks=pytest.mark.sqlite),
+    pytest.param("postgres_url_factory", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("redis_url_factory", id="redis", marks=pytest.mark.redis),
+    pytest.param("redis_cluster_url_factory", id="redis_cluster", marks=pytest.mark.redis),
+    pytest.param("dynamodb_url_factory", id="dynamodb", marks=pytest.mark.dynamodb),
 ]
+"""Every store of the conformance suite, as the name of its URL factory fixture."""
+
+SHARED_STATE_STORES = {"sqlite", "postgres", "redis", "redis_cluster", "dynamodb"}
+"""Stores whose objects made from one URL share records (all but memory)."""
 
 
 @pytest.fixture
@@ -35,21 +52,50 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def memory_store(clock: ManualClock) -> AsyncIterator[MemoryStore]:
-    store = MemoryStore(clock=clock)
-    yield store
-    await store.close()
+def memory_url_factory() -> UrlFactory:
+    """``memory://``: every store made from it is a separate, empty store."""
+    return lambda: "memory://"
 
 
 @pytest.fixture
-async def sqlite_store(clock: ManualClock, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(tmp_path / "idem.db", clock=clock)
-    yield store
-    await store.close()
+def sqlite_url_factory(tmp_path: Path) -> UrlFactory:
+    """A new SQLite file per call."""
+    counter = itertools.count()
+    return lambda: f"sqlite:///{tmp_path / f'idem-{next(counter)}.db'}"
 
 
 @pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each store in ``STORES`` in turn, built on the shared ``clock``."""
-    result: Store = request.getfixturevalue(request.param)
-    return result
+def store_url_factory(request: pytest.FixtureRequest) -> Iterator[UrlFactory]:
+    """The URL factory of each store in ``STORES`` in turn."""
+    factory: UrlFactory = request.getfixturevalue(request.param)
+    yield factory
+
+
+@pytest.fixture
+def store_name(request: pytest.FixtureRequest) -> str:
+    """The id of the store under test (``"sqlite"``, ``"redis"``…)."""
+    return str(request.node.callspec.id.split("-")[0]) if hasattr(request.node, "callspec") else ""
+
+
+@pytest.fixture
+async def store_factory(
+    store_url_factory: UrlFactory, clock: ManualClock
+) -> AsyncIterator[StoreFactory]:
+    """Makes store objects (separate connections) on one fresh URL; closes them after."""
+    url = store_url_factory()
+    made: list[Store] = []
+
+    async def make() -> Store:
+        store = store_from_url(url, clock=clock)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.close()
+
+
+@pytest.fixture
+async def store(store_factory: StoreFactory) -> Store:
+    """A store of each kind in ``STORES``, on a fresh URL, with the shared clock."""
+    return await store_factory()

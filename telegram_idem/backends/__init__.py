@@ -1,54 +1,63 @@
-"""Stores, made from URLs (``memory://``, ``sqlite:///path``) or passed as objects.
+"""Stores, made from URLs or passed as objects.
 
-Server stores (Postgres, Redis, DynamoDB) register their schemes here as they land; each
-is imported lazily, so the core installs with none of their drivers.
+| URL                                             | store                     | extra      |
+|-------------------------------------------------|---------------------------|------------|
+| ``memory://``                                   | :class:`MemoryStore`      | —          |
+| ``sqlite:///path.db``                           | :class:`SQLiteStore`      | —          |
+| ``postgresql://user@host/db``                   | ``PostgresStore``         | postgres   |
+| ``redis://host:6379/0``, ``rediss://…``         | ``RedisStore``            | redis      |
+| ``redis+cluster://host:7000``                   | ``RedisStore`` (cluster)  | redis      |
+| ``dynamodb://table?region=…&endpoint_url=…``    | ``DynamoDBStore``         | dynamodb   |
+
+Each store module is imported only when its scheme is used, so the core installs with
+none of the drivers.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from telegram_idem.backends.base import Store
-from telegram_idem.clock import Clock, system_clock
+from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["Store", "store_from_url"]
+__all__ = ["SCHEMES", "Store", "store_from_url"]
 
-_SCHEMES: dict[str, tuple[str, str]] = {
-    "memory": ("telegram_idem.backends.memory", "MemoryStore"),
-    "sqlite": ("telegram_idem.backends.sqlite", "SQLiteStore"),
+SCHEMES: dict[str, tuple[str, str, str]] = {
+    "memory": ("telegram_idem.backends.memory", "MemoryStore", ""),
+    "sqlite": ("telegram_idem.backends.sqlite", "SQLiteStore", ""),
+    "postgresql": ("telegram_idem.backends.postgres", "PostgresStore", "postgres"),
+    "postgres": ("telegram_idem.backends.postgres", "PostgresStore", "postgres"),
+    "redis": ("telegram_idem.backends.redis", "RedisStore", "redis"),
+    "rediss": ("telegram_idem.backends.redis", "RedisStore", "redis"),
+    "redis+cluster": ("telegram_idem.backends.redis", "RedisStore", "redis"),
+    "dynamodb": ("telegram_idem.backends.dynamodb", "DynamoDBStore", "dynamodb"),
 }
+"""URL scheme → (module, class, pip extra that installs its driver)."""
 
 
-def store_from_url(url: str, *, clock: Clock = system_clock) -> Store:
-    """Make a store from a URL.
+def store_from_url(url: str, *, clock: Clock | None = None) -> Store:
+    """Make a store from a URL (see the table in this module's docstring).
 
     Args:
-        url: ``memory://[?max_items=N]`` or ``sqlite:///path.db[?busy_timeout=S]``
-            (three slashes then a relative path; four for an absolute one).
-        clock: the clock for in-process stores (seconds since the epoch).
+        url: the store URL.
+        clock: seconds since the epoch; ``None`` = the store's own time source.
 
     Raises:
-        ConfigurationError: unknown scheme, or a malformed URL or option.
+        ConfigurationError: unknown scheme, malformed URL or option, or the store's
+            driver is not installed (the message names the extra to install).
     """
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in _SCHEMES:
-        known = ", ".join(f"{s}://" for s in sorted(_SCHEMES))
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
         raise ConfigurationError(f"unknown store URL scheme in {url!r}; known: {known}")
-    module, name = _SCHEMES[scheme]
-    cls: Any = getattr(import_module(module), name)
-    options = dict(parse_qsl(parts.query))
+    module_name, class_name, extra = SCHEMES[scheme]
     try:
-        if scheme == "memory":
-            return cls(clock=clock, max_items=int(options.get("max_items", 100_000)))  # type: ignore[no-any-return]
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        if parts.netloc or not path:
-            raise ConfigurationError(f"sqlite URL needs a path: sqlite:///file.db, got {url!r}")
-        return cls(path, clock=clock, busy_timeout=float(options.get("busy_timeout", 5.0)))  # type: ignore[no-any-return]
-    except ConfigurationError:
-        raise
-    except ValueError as exc:
-        raise ConfigurationError(f"bad option in store URL {url!r}: {exc}") from exc
+        module = import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{url.split(':', 1)[0]}:// needs pip install 'telegram-idem[{extra}]' ({exc})"
+        ) from exc
+    cls: type[Store] = getattr(module, class_name)
+    return cls.from_url(url, clock=clock)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import ClassVar, TypeVar
 
+from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.records import Claim, Record
 
@@ -31,8 +32,22 @@ class Store(abc.ABC):
     answer; no method ever reports an outage as a decision.
     """
 
-    scheme: ClassVar[str] = ""
+    schemes: ClassVar[tuple[str, ...]] = ()
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> Store:
+        """Make the store from its URL (see each store's module docstring).
+
+        Args:
+            url: the store URL.
+            clock: seconds since the epoch; ``None`` = the store's own time source
+                (the server's clock for server stores, the host's for in-process ones).
+
+        Raises:
+            ConfigurationError: a malformed URL or option.
+        """
+        raise ConfigurationError(f"{cls.__name__} cannot be made from a URL")
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         try:

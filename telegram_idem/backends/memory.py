@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 from telegram_idem import machine
 from telegram_idem.backends.base import Store
+from telegram_idem.backends.url import reject_unknown, url_options
 from telegram_idem.clock import Clock, system_clock
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.records import Claim, Record
 
 __all__ = ["MemoryStore"]
@@ -29,7 +31,7 @@ class MemoryStore(Store):
         max_items: most records kept (> 0).
     """
 
-    scheme = "memory"
+    schemes = ("memory",)
 
     def __init__(self, *, clock: Clock = system_clock, max_items: int = 100_000) -> None:
         if max_items <= 0:
@@ -38,6 +40,21 @@ class MemoryStore(Store):
         self._max = max_items
         self._records: dict[str, Record] = {}
         self._expiry: list[tuple[float, str]] = []
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
+        """``memory://[?max_items=N]``.
+
+        Raises:
+            ConfigurationError: a malformed ``max_items``.
+        """
+        options = url_options(url)
+        try:
+            max_items = int(options.pop("max_items", "100000"))
+        except ValueError:
+            raise ConfigurationError(f"max_items must be an integer in {url!r}") from None
+        reject_unknown(url, options)
+        return cls(clock=clock or system_clock, max_items=max_items)
 
     def __len__(self) -> int:
         return len(self._records)

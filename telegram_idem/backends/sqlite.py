@@ -18,11 +18,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from telegram_idem import machine
 from telegram_idem.backends.base import Store
+from telegram_idem.backends.url import reject_unknown, url_options
 from telegram_idem.clock import Clock, system_clock
-from telegram_idem.errors import StoreError
+from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.records import Claim, Record, Status
 
 __all__ = ["SQLiteStore"]
@@ -84,7 +86,7 @@ class SQLiteStore(Store):
         purge_batch: most rows one purge deletes.
     """
 
-    scheme = "sqlite"
+    schemes = ("sqlite",)
     driver_errors = (sqlite3.OperationalError, sqlite3.InterfaceError, OSError)
 
     def __init__(
@@ -106,6 +108,26 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
+        """``sqlite:///relative.db``, ``sqlite:////abs.db``, ``sqlite:///:memory:``
+        with optional ``?busy_timeout=<seconds>``.
+
+        Raises:
+            ConfigurationError: no path, a host part, or a malformed option.
+        """
+        parts = urlsplit(url)
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if parts.netloc or not path:
+            raise ConfigurationError(f"a SQLite URL is sqlite:///file.db, got {url!r}")
+        options = url_options(url)
+        try:
+            busy = float(options.pop("busy_timeout", "5"))
+        except ValueError:
+            raise ConfigurationError(f"busy_timeout must be seconds in {url!r}") from None
+        reject_unknown(url, options)
+        return cls(path, clock=clock or system_clock, busy_timeout=busy)
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -1,0 +1,13 @@
+"""Placeholder: the postgres store's URL factory (replaced when the store lands)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from services import service_missing
+
+
+@pytest.fixture
+def postgres_url_factory() -> Callable[[], str]:
+    service_missing("the postgres store is not implemented yet")

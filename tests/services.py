@@ -1,0 +1,31 @@
+"""Where the test suite finds its services, and what happens when one is absent.
+
+| variable                        | default                                         |
+|---------------------------------|-------------------------------------------------|
+| ``IDEM_TEST_POSTGRES_URL``      | ``postgresql://postgres@127.0.0.1:5432/test``   |
+| ``IDEM_TEST_REDIS_URL``         | ``redis://127.0.0.1:6379/0``                    |
+| ``IDEM_TEST_REDIS_CLUSTER_URL`` | none (``scripts/services.py start`` sets it)    |
+| ``IDEM_TEST_DYNAMODB_ENDPOINT`` | none: a moto server is started on loopback      |
+
+An absent service skips its tests with the reason, unless ``IDEM_REQUIRE_SERVICES=1``
+(CI sets it), which turns every such skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import pytest
+
+POSTGRES_URL = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_CLUSTER_URL = os.environ.get("IDEM_TEST_REDIS_CLUSTER_URL", "")
+DYNAMODB_ENDPOINT = os.environ.get("IDEM_TEST_DYNAMODB_ENDPOINT", "")
+
+
+def service_missing(reason: str) -> NoReturn:
+    """Skip (or, under ``IDEM_REQUIRE_SERVICES=1``, fail) because a service is absent."""
+    if os.environ.get("IDEM_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required service missing: {reason}", pytrace=False)
+    pytest.skip(reason)
