@@ -13,7 +13,7 @@
     │   ├── InProgressError          another holder's lease is alive (policy ``raise``,
     │   │                             or ``wait`` ran out of time)
     │   ├── LockHeldError            a lock already has a holder
-    │   ├── LostClaimError           complete/release/extend with a stale fencing token
+    │   ├── LostClaimError           a result stored with a stale fencing token
     │   └── StoredFailureError       replay of a failure stored by ``on_error="store"``
     ├── ResultEncodingError          a handler result the codec cannot store
     └── CallbackTokenError           callback data that does not resolve
@@ -118,8 +118,8 @@ class LockHeldError(ClaimError):
 class LostClaimError(ClaimError):
     """The holder's fencing token is no longer the record's: its lease was taken over.
 
-    Raised by a completion, release or heartbeat from a holder that stalled past its lease;
-    the new holder's record stands untouched.
+    Raised when a holder that stalled past its lease tries to store its result; the new
+    holder's record stands untouched. (A stale release or heartbeat is logged, not raised.)
     """
 
 

@@ -61,6 +61,8 @@ class Idem:
             server's clock for server stores).
         sleep: awaited between polls of the ``wait`` policy (inject in tests).
         heartbeat: extend leases while work runs.
+        lock_retention: seconds a lock's record is kept after its ttl, so fencing tokens
+            keep rising across holders (records purged after retention restart at 1).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Idem:
         clock: Clock | None = None,
         sleep: Sleep = asyncio.sleep,
         heartbeat: bool = True,
+        lock_retention: float = 24 * 3600.0,
     ) -> None:
         self.store = store_from_url(store, clock=clock) if isinstance(store, str) else store
         self.keys = keys or KeyBuilder()
@@ -85,6 +88,7 @@ class Idem:
         self.clock: Clock = clock or system_clock
         self.sleep = sleep
         self.heartbeat = heartbeat
+        self.lock_retention = lock_retention
 
     async def close(self) -> None:
         """Close the store."""
@@ -365,7 +369,9 @@ class Idem:
         """
         bot = bot_id if bot_id is not None else current_update().bot_id
         key = self.keys.lock(bot, name)
-        claim = await self.store.claim(key, lease=ttl, retention=ttl)
+        # The record outlives the lock (a tombstone after release) so its fencing token keeps
+        # rising: a holder that stalled past its ttl can never match a later holder's token.
+        claim = await self.store.claim(key, lease=ttl, retention=max(ttl, self.lock_retention))
         decision = "acquired" if claim.outcome is Outcome.ACQUIRED else "held"
         log_decision(
             boundary="lock",
@@ -385,7 +391,7 @@ class Idem:
             await self._release_quietly(key, claim.token)
 
     def chat_lock(
-        self, *, ttl: float = 120.0, name: str = "chat"
+        self, *, ttl: float = 120.0, name: str = ""
     ) -> contextlib.AbstractAsyncContextManager[Claim]:
         """The per-chat lock of the bound update (user for chat-less updates).
 
@@ -397,7 +403,7 @@ class Idem:
         unit = ordering_key(ctx.update)
         if unit is None:
             raise ConfigurationError("this update has neither a chat nor a user to lock")
-        return self.lock(f"{name}:{unit}", bot_id=ctx.bot_id, ttl=ttl)
+        return self.lock(f"{name}:{unit}" if name else unit, bot_id=ctx.bot_id, ttl=ttl)
 
 
 def _bound_update() -> Mapping[str, Any] | None:

@@ -3,7 +3,8 @@
 Logger ``telegram_idem.decisions``; each record carries, in ``extra``: ``key``,
 ``update_id``, ``chat_id``, ``user_id``, ``handler``, ``decision``, ``fencing_token``,
 ``elapsed_ms`` (milliseconds the decision took), and ``boundary`` (update, action, step,
-lock). Duplicates absorbed log at INFO, errors and outages at WARNING.
+lock). Decisions log at INFO, conflicts at WARNING. A store outage makes no decision: it
+raises :class:`~telegram_idem.errors.StoreError` and the adapter's policy logs it.
 """
 
 from __future__ import annotations

@@ -16,20 +16,18 @@ stores are given it too, so tests move time with ``clock.advance`` and never sle
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from fixtures_dynamodb import dynamodb_url_factory  # noqa: F401
 from fixtures_postgres import postgres_url_factory  # noqa: F401
 from fixtures_redis import redis_cluster_url_factory, redis_url_factory  # noqa: F401
+from services import StoreFactory, UrlFactory
 
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import ManualClock
-
-UrlFactory = Callable[[], str]
-StoreFactory = Callable[[], Awaitable[Store]]
 
 STORES = [
     pytest.param("memory_url_factory", id="memory", marks=pytest.mark.memory),
@@ -40,9 +38,6 @@ STORES = [
     pytest.param("dynamodb_url_factory", id="dynamodb", marks=pytest.mark.dynamodb),
 ]
 """Every store of the conformance suite, as the name of its URL factory fixture."""
-
-SHARED_STATE_STORES = {"sqlite", "postgres", "redis", "redis_cluster", "dynamodb"}
-"""Stores whose objects made from one URL share records (all but memory)."""
 
 
 @pytest.fixture
@@ -78,15 +73,18 @@ def store_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def store_factory(
-    store_url_factory: UrlFactory, clock: ManualClock
-) -> AsyncIterator[StoreFactory]:
+def store_url(store_url_factory: UrlFactory) -> str:
+    """A fresh, isolated URL of the store under test."""
+    return store_url_factory()
+
+
+@pytest.fixture
+async def store_factory(store_url: str, clock: ManualClock) -> AsyncIterator[StoreFactory]:
     """Makes store objects (separate connections) on one fresh URL; closes them after."""
-    url = store_url_factory()
     made: list[Store] = []
 
     async def make() -> Store:
-        store = store_from_url(url, clock=clock)
+        store = store_from_url(store_url, clock=clock)
         made.append(store)
         return store
 

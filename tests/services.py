@@ -14,9 +14,20 @@ An absent service skips its tests with the reason, unless ``IDEM_REQUIRE_SERVICE
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import pytest
+
+from telegram_idem.backends.base import Store
+
+UrlFactory = Callable[[], str]
+"""Returns a new, isolated store URL each call."""
+StoreFactory = Callable[[], Awaitable[Store]]
+"""Makes another store object (its own connection) on one URL."""
+
+SHARED_STATE_STORES = {"sqlite", "postgres", "redis", "redis_cluster", "dynamodb"}
+"""Stores whose objects made from one URL share records (all but memory)."""
 
 POSTGRES_URL = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -27,7 +27,8 @@ class Settings:
         callback_secret: ``CALLBACK_SECRET``; default derived from the bot token.
         lock_ttl: seconds the per-chat post lock lives (the 120 s POST_LOCK of seeds/000).
         github: ``GITHUB_TOKEN``, ``GITHUB_REPO``, ``GITHUB_API_URL`` when set: publish
-            through the GitHub Git Tree API instead of the local repository.
+            through the GitHub Git Tree API instead of the local repository;
+            ``BLOG_BRANCH`` (default ``main``) for either publisher.
     """
 
     bot_token: str
@@ -66,7 +67,7 @@ class Settings:
             callback_secret=env.get("CALLBACK_SECRET") or derived,
             github=tuple(
                 (name, env[name])
-                for name in ("GITHUB_TOKEN", "GITHUB_REPO", "GITHUB_API_URL")
+                for name in ("GITHUB_TOKEN", "GITHUB_REPO", "GITHUB_API_URL", "BLOG_BRANCH")
                 if env.get(name)
             ),
         )

@@ -15,13 +15,23 @@ class DecisionCounter(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.INFO)
         self.counts: Counter[tuple[str, str]] = Counter()
+        self._stopped: set[tuple[str, str, object]] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.counts[(getattr(record, "boundary", "?"), getattr(record, "decision", "?"))] += 1
+        boundary = str(getattr(record, "boundary", "?"))
+        decision = str(getattr(record, "decision", "?"))
+        self.counts[(boundary, decision)] += 1
+        if decision != "acquired":  # one repeat stopped, however often a waiter polled
+            self._stopped.add(
+                (boundary, str(getattr(record, "key", "")), getattr(record, "update_id", None))
+            )
 
     def absorbed(self, boundary: str) -> int:
-        """Decisions at ``boundary`` that stopped a repeat (anything but ``acquired``)."""
-        return sum(n for (b, d), n in self.counts.items() if b == boundary and d != "acquired")
+        """Repeats stopped at ``boundary``: every refused update delivery; for actions and
+        steps, distinct (key, update) pairs (a waiting caller polls several times)."""
+        if boundary == "update":
+            return sum(n for (b, d), n in self.counts.items() if b == boundary and d != "acquired")
+        return sum(1 for b, _, _ in self._stopped if b == boundary)
 
 
 @dataclass

@@ -13,12 +13,14 @@ from typing import Any
 
 import aiohttp
 
+from examples.blog_bot.writer import OfflineWriter
 from telegram_idem.testing.bot_api import FakeBotAPI, SentMessage
 from telegram_idem.testing.delivery import SECRET_HEADER, load_fixture
 
 __all__ = [
     "WRONG_SECRET",
     "BadInputResult",
+    "FlakyWriter",
     "bad_inputs",
     "button_update",
     "buttons",
@@ -28,6 +30,7 @@ __all__ = [
 ]
 
 _ids = itertools.count(734_520_000)
+_query_ids = itertools.count(4_382_910_027_364_600_000, 1000)  # room for double taps (+1)
 
 WRONG_SECRET: dict[str, Any] = {
     "update_id": 999_000_001,
@@ -60,7 +63,7 @@ def button_update(message: SentMessage, data: str) -> dict[str, Any]:
     uid = next(_ids)
     update["update_id"] = uid
     query = update["callback_query"]
-    query["id"] = str(4_382_910_027_364_600_000 + uid % 1_000_000)
+    query["id"] = str(next(_query_ids))
     query["data"] = data
     msg = copy.deepcopy(message.message) if message.message else query["message"]
     msg["message_id"] = message.message_id
@@ -80,6 +83,28 @@ def buttons(message: SentMessage) -> dict[str, str]:
     """Button text → callback data of ``message``'s inline keyboard."""
     rows = (message.reply_markup or {}).get("inline_keyboard", [])
     return {b["text"]: b["callback_data"] for row in rows for b in row if "callback_data" in b}
+
+
+class FlakyWriter:
+    """A writer whose ``fail_call``-th translation fails once, like an LLM timing out."""
+
+    def __init__(self, inner: OfflineWriter, *, fail_call: int) -> None:
+        self.inner = inner
+        self.fail_call = fail_call
+        self.failures = 0
+
+    async def title(self, topic: str) -> str:
+        return await self.inner.title(topic)
+
+    async def draft(self, title: str, topic: str) -> str:
+        return await self.inner.draft(title, topic)
+
+    async def translate(self, markdown: str, lang: str) -> str:
+        if self.inner.calls["translate"] + 1 == self.fail_call and not self.failures:
+            self.failures += 1
+            self.inner.calls["translate"] += 1
+            raise TimeoutError("simulated LLM timeout during translation")
+        return await self.inner.translate(markdown, lang)
 
 
 BadInputResult = tuple[str, int, int]

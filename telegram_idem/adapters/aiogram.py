@@ -34,7 +34,12 @@ from telegram_idem.guard import Idem
 from telegram_idem.records import Claim
 from telegram_idem.updates import KNOWN_UPDATE_TYPES
 
-__all__ = ["IdempotencyMiddleware", "update_to_dict"]
+__all__ = ["CLAIM", "UNGUARDED", "IdempotencyMiddleware", "update_to_dict"]
+
+CLAIM = "idem_update_claim"
+"""``feed_update`` keyword: the update guard was already claimed by the webhook."""
+UNGUARDED = "idem_unguarded"
+"""``feed_update`` keyword: the webhook failed open on a store outage; do not claim."""
 
 log = logging.getLogger("telegram_idem.aiogram")
 
@@ -86,7 +91,9 @@ class IdempotencyMiddleware(BaseMiddleware):
         if not any(kind in update for kind in KNOWN_UPDATE_TYPES):
             return await handler(event, data)
         bot_id: int = data["bot"].id
-        claim: Claim | None = data.pop("idem_update_claim", None)
+        if data.pop(UNGUARDED, False):
+            return await handler(event, data)
+        claim: Claim | None = data.pop(CLAIM, None)
         if claim is None:
             try:
                 claim = await self.idem.claim_update(update, bot_id=bot_id)

@@ -14,6 +14,7 @@ feeds the update to the dispatcher in a background task with the claim attached,
 | store outage, ``fail_closed`` (default)     | 503: Telegram re-sends later  |
 | store outage, ``fail_open``                 | 200, processed unguarded      |
 | aiogram cannot parse a known update type    | 400                           |
+| ``background=False`` and processing fails   | 500: Telegram re-sends        |
 
 The background task lives in this process: a crash after the 200 loses the update until
 the durable inbox lands; the update guard's lease then expires so a re-delivery would run.
@@ -30,10 +31,11 @@ from aiogram.types import Update
 from aiohttp import web
 from pydantic import ValidationError
 
+from telegram_idem.adapters.aiogram import CLAIM, UNGUARDED
 from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.records import Claim, Outcome
+from telegram_idem.records import Outcome
 from telegram_idem.updates import KNOWN_UPDATE_TYPES
 
 __all__ = ["FastAckWebhook"]
@@ -95,7 +97,6 @@ class FastAckWebhook:
         except ValidationError as exc:
             log.error("update %s does not parse: %s", raw.get("update_id"), exc)
             raise web.HTTPBadRequest(text="update does not parse") from None
-        claim: Claim | None = None
         if any(kind in raw for kind in KNOWN_UPDATE_TYPES):
             try:
                 claim = await self.idem.claim_update(raw, bot_id=self.bot.id)
@@ -104,21 +105,37 @@ class FastAckWebhook:
                     log.warning("store outage: update %s refused with 503", raw["update_id"])
                     raise web.HTTPServiceUnavailable(text="store unavailable") from None
                 log.error("store outage: update %s processed unguarded", raw["update_id"])
-            if claim is not None and claim.outcome is not Outcome.ACQUIRED:
-                return web.Response(text="duplicate")
-        extra: dict[str, Any] = {} if claim is None else {"idem_update_claim": claim}
+                extra: dict[str, Any] = {UNGUARDED: True}
+            else:
+                if claim.outcome is not Outcome.ACQUIRED:
+                    return web.Response(text="duplicate")
+                extra = {CLAIM: claim}
+        else:
+            extra = {}
         task = asyncio.create_task(self._feed(update, extra))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if not self.background:
-            await asyncio.shield(task)
+            try:
+                await asyncio.shield(task)
+            except Exception:
+                raise web.HTTPInternalServerError(text="update failed") from None
         return web.Response(text="ok")
 
     async def _feed(self, update: Update, extra: dict[str, Any]) -> None:
         try:
             await self.dispatcher.feed_update(self.bot, update, **extra)
         except Exception:
-            log.exception("update %s failed; its claim was released", update.update_id)
+            if not self.background:
+                log.exception(
+                    "update %s failed: answered 500 so Telegram re-sends", update.update_id
+                )
+                raise
+            log.exception(
+                "update %s failed after its 200; its claim was released, so only a "
+                "re-delivery runs it again",
+                update.update_id,
+            )
 
     async def drain(self, limit: float | None = None) -> None:
         """Wait for background work to finish (graceful shutdown), at most ``limit`` s."""

@@ -35,7 +35,7 @@ class MemoryStore(Store):
 
     def __init__(self, *, clock: Clock = system_clock, max_items: int = 100_000) -> None:
         if max_items <= 0:
-            raise ValueError("max_items must be > 0")
+            raise ConfigurationError("max_items must be > 0")
         self._clock = clock
         self._max = max_items
         self._records: dict[str, Record] = {}

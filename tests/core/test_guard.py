@@ -396,7 +396,7 @@ async def test_chat_lock_uses_the_chat(idem: Idem) -> None:
     update = load_fixture("techpost_no_title")
     with bind_update(update, bot_id=BOT, idem=idem):
         async with idem.chat_lock() as claim:
-            assert claim.record.key == idem.keys.lock(BOT, "chat:chat:5550001001")
+            assert claim.record.key == idem.keys.lock(BOT, "chat:5550001001")
             with pytest.raises(LockHeldError):
                 async with idem.chat_lock():
                     pass
