@@ -24,22 +24,31 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from aiogram import BaseMiddleware
+from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.types import TelegramObject, Update
 
 from telegram_idem.callbacks import CallbackTokens
+from telegram_idem.context import bind_update
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.records import Claim
 from telegram_idem.updates import KNOWN_UPDATE_TYPES
 
-__all__ = ["CLAIM", "UNGUARDED", "IdempotencyMiddleware", "update_to_dict"]
+__all__ = [
+    "CLAIM",
+    "UNGUARDED",
+    "IdempotencyMiddleware",
+    "aiogram_get_updates",
+    "inbox_dispatch",
+    "update_to_dict",
+]
 
 CLAIM = "idem_update_claim"
 """``feed_update`` keyword: the update guard was already claimed by the webhook."""
 UNGUARDED = "idem_unguarded"
-"""``feed_update`` keyword: the webhook failed open on a store outage; do not claim."""
+"""``feed_update`` keyword: do not claim the update guard (the inbox admitted the update
+already, or a webhook failed open on a store outage); the update is still bound."""
 
 log = logging.getLogger("telegram_idem.aiogram")
 
@@ -92,7 +101,8 @@ class IdempotencyMiddleware(BaseMiddleware):
             return await handler(event, data)
         bot_id: int = data["bot"].id
         if data.pop(UNGUARDED, False):
-            return await handler(event, data)
+            with bind_update(update, bot_id=bot_id, idem=self.idem):
+                return await handler(event, data)
         claim: Claim | None = data.pop(CLAIM, None)
         if claim is None:
             try:
@@ -108,3 +118,29 @@ class IdempotencyMiddleware(BaseMiddleware):
             update, lambda: handler(event, data), bot_id=bot_id, claim=claim
         )
         return result if ran else UNHANDLED
+
+
+def inbox_dispatch(dispatcher: Dispatcher, bot: Bot) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for aiogram: feeds
+    the update with the update guard skipped (the inbox admitted it) and the update bound.
+    Handler exceptions propagate, so the worker retries."""
+
+    async def dispatch(update: dict[str, Any]) -> Any:
+        return await dispatcher.feed_raw_update(bot, update, **{UNGUARDED: True})
+
+    return dispatch
+
+
+def aiogram_get_updates(
+    bot: Bot,
+) -> Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]:
+    """``getUpdates`` through an aiogram ``Bot``, as Bot API dicts (for
+    :class:`~telegram_idem.ingress.polling.PollingIngress`)."""
+
+    async def get_updates(offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:
+        updates = await bot.get_updates(
+            offset=offset, limit=limit, timeout=int(wait), request_timeout=int(wait) + 10
+        )
+        return [update_to_dict(u) for u in updates]
+
+    return get_updates

@@ -18,6 +18,7 @@ from typing import ClassVar, TypeVar
 
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Record
 
 __all__ = ["Store"]
@@ -128,6 +129,15 @@ class Store(abc.ABC):
     async def get(self, key: str) -> Record | None:
         """The live record of ``key``, or ``None``. Raises :class:`StoreError` on outage."""
         return await self._call("get", lambda: self._get(key))
+
+    def inbox(self) -> Inbox:
+        """The durable inbox sharing this store's connection (admission is one
+        transaction with the update guard).
+
+        Raises:
+            ConfigurationError: this store has no inbox.
+        """
+        raise ConfigurationError(f"{type(self).__name__} has no inbox")
 
     async def close(self) -> None:
         """Release connections. Idempotent."""

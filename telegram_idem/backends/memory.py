@@ -16,6 +16,7 @@ from telegram_idem.backends.base import Store
 from telegram_idem.backends.url import reject_unknown, url_options
 from telegram_idem.clock import Clock, system_clock
 from telegram_idem.errors import ConfigurationError
+from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Record
 
 __all__ = ["MemoryStore"]
@@ -40,6 +41,7 @@ class MemoryStore(Store):
         self._max = max_items
         self._records: dict[str, Record] = {}
         self._expiry: list[tuple[float, str]] = []
+        self._inbox: Inbox | None = None
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
@@ -55,6 +57,27 @@ class MemoryStore(Store):
             raise ConfigurationError(f"max_items must be an integer in {url!r}") from None
         reject_unknown(url, options)
         return cls(clock=clock or system_clock, max_items=max_items)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock deciding leases and expiry."""
+        return self._clock
+
+    def peek(self, key: str) -> Record | None:
+        """The stored record of ``key``, expired or not (for the inbox)."""
+        return self._records.get(key)
+
+    def put(self, record: Record) -> None:
+        """Store ``record`` as is (for the inbox's admission)."""
+        self._put(record)
+
+    def inbox(self) -> Inbox:
+        """The inbox living beside these records (created on first use)."""
+        if self._inbox is None:
+            from telegram_idem.backends.memory_inbox import MemoryInbox
+
+            self._inbox = MemoryInbox(self)
+        return self._inbox
 
     def __len__(self) -> int:
         return len(self._records)

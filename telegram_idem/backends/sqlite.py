@@ -22,9 +22,11 @@ from urllib.parse import urlsplit
 
 from telegram_idem import machine
 from telegram_idem.backends.base import Store
+from telegram_idem.backends.sqlite_inbox import INBOX_SCHEMA, SQLiteInbox
 from telegram_idem.backends.url import reject_unknown, url_options
 from telegram_idem.clock import Clock, system_clock
 from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Record, Status
 
 __all__ = ["SQLiteStore"]
@@ -107,7 +109,7 @@ class SQLiteStore(Store):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idem-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._closed = False
+        self._inbox: Inbox | None = None
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
@@ -139,6 +141,7 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
+            conn.executescript(INBOX_SCHEMA)
             self._conn = conn
         return self._conn
 
@@ -186,8 +189,18 @@ class SQLiteStore(Store):
             retention=retention,
         )
         if new is not None:
-            conn.execute(_UPSERT, _record_to_row(new))
+            self._write_record(conn, new)
         return claim
+
+    @staticmethod
+    def _write_record(conn: sqlite3.Connection, record: Record) -> None:
+        conn.execute(_UPSERT, _record_to_row(record))
+
+    def inbox(self) -> Inbox:
+        """The durable inbox in this file (created on first use)."""
+        if self._inbox is None:
+            self._inbox = SQLiteInbox(self)
+        return self._inbox
 
     async def _claim(
         self, key: str, fingerprint: str | None, lease: float, retention: float

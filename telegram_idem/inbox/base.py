@@ -1,0 +1,140 @@
+"""The inbox contract (design.md §5).
+
+An entry is one admitted update. **Admission** claims the update guard and writes the
+entry together (one transaction / one script), so a duplicate is never enqueued twice and
+an entry never exists without its claim. **Workers** take entries with a lease:
+
+- per ordering key (``chat:<id>``, else ``user:<id>``, else the entry itself) only the
+  oldest live entry can be taken, so each chat is processed in admission order and at most
+  one of its entries is in flight, while different chats run in parallel;
+- a taken entry carries a fresh ``token``; ``ack`` / ``retry`` / ``bury`` / ``extend``
+  succeed only with it, so a worker that stalled past its lease cannot touch an entry
+  another worker took over;
+- an in-flight entry whose lease expired (its worker died) is taken again;
+- ``retry`` puts it back with a delay; ``bury`` makes it a dead letter, which no longer
+  blocks its chat; ``redrive`` puts a dead letter back.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["EntryStatus", "Inbox", "InboxEntry", "NewEntry"]
+
+
+class EntryStatus(StrEnum):
+    """Where an inbox entry stands."""
+
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """An update to admit.
+
+    Attributes:
+        update_key: the update guard key (``KeyBuilder.update``); also the entry id.
+        ordering_key: the unit of ordering (``ordering_key(update)``), or ``None``.
+        payload: the update as JSON bytes.
+    """
+
+    update_key: str
+    ordering_key: str | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """An entry as a worker or an operator sees it.
+
+    Attributes:
+        id: the update guard key of the update.
+        seq: admission order (store-wide, increasing).
+        ordering_key: the unit of ordering (the id itself when the update has none).
+        payload: the update as JSON bytes.
+        status: pending, in_flight or dead.
+        attempts: how many times it has been taken.
+        token: the current taker's token.
+        available_at: seconds since the epoch when it may be taken (retries wait).
+        lease_expires_at: seconds since the epoch when an in-flight lease ends.
+        last_error: the last failure, as text.
+    """
+
+    id: str
+    seq: int
+    ordering_key: str
+    payload: bytes
+    status: EntryStatus
+    attempts: int
+    token: int
+    available_at: float
+    lease_expires_at: float
+    last_error: str | None = None
+
+
+class Inbox(abc.ABC):
+    """Durable, per-chat ordered queue of admitted updates.
+
+    Every method raises :class:`~telegram_idem.errors.StoreError` when the store cannot
+    answer; none reports an outage as a decision.
+    """
+
+    @abc.abstractmethod
+    async def admit(self, entry: NewEntry, *, retention: float) -> bool:
+        """Claim the update guard and enqueue, atomically.
+
+        Args:
+            entry: the update.
+            retention: seconds the update guard remembers the update id.
+
+        Returns:
+            ``True`` if enqueued now; ``False`` for a duplicate (nothing written).
+        """
+
+    async def admit_many(self, entries: Sequence[NewEntry], *, retention: float) -> list[bool]:
+        """:meth:`admit` for a batch (a getUpdates answer), answers in order.
+
+        Stores override this to admit the whole batch in one round trip.
+        """
+        return [await self.admit(e, retention=retention) for e in entries]
+
+    @abc.abstractmethod
+    async def take(self, *, lease: float) -> InboxEntry | None:
+        """Lease the oldest takeable entry (see the module docstring), or ``None``.
+
+        Args:
+            lease: seconds the taker holds it before another worker may take it.
+        """
+
+    @abc.abstractmethod
+    async def ack(self, entry: InboxEntry) -> bool:
+        """Done: remove the entry. ``False`` if ``entry.token`` no longer holds it."""
+
+    @abc.abstractmethod
+    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
+        """Put the entry back, takeable after ``delay`` seconds. ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def bury(self, entry: InboxEntry, *, error: str) -> bool:
+        """Make the entry a dead letter. ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
+        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def dead_letters(self, *, limit: int = 100) -> list[InboxEntry]:
+        """Dead letters, oldest first."""
+
+    @abc.abstractmethod
+    async def redrive(self, entry_id: str) -> bool:
+        """Put the dead letter ``entry_id`` back (attempts reset). ``False`` if none."""
+
+    @abc.abstractmethod
+    async def depth(self) -> int:
+        """Live entries (pending and in flight), for metrics and tests."""

@@ -1,0 +1,126 @@
+"""Fast-ack webhook ingress (aiohttp, no bot framework): check, admit, answer.
+
+Request → secret token (constant time) → body bound → JSON with an integer
+``update_id`` → the update guard claim **and** the inbox entry written together → 200.
+
+| situation                                    | answer                                   |
+|----------------------------------------------|------------------------------------------|
+| secret header missing or wrong               | 401, nothing stored                      |
+| body over ``max_body`` bytes                 | 413                                      |
+| not JSON / no integer ``update_id``          | 400                                      |
+| new update (any type, unknown ones included) | 200, one inbox entry                     |
+| duplicate                                    | 200, no second entry                     |
+| store outage, ``fail_closed`` (default)      | 503: Telegram re-sends later             |
+| store outage, ``fail_open``                  | 200, dispatched in-process, logged loudly|
+
+Telegram re-sends an update whose answer is not a 2xx (Bot API, ``setWebhook``); an
+answer in milliseconds means it never re-sends for slowness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from aiohttp import web
+
+from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
+from telegram_idem.errors import StoreError
+from telegram_idem.guard import Idem
+from telegram_idem.inbox.base import NewEntry
+from telegram_idem.inbox.worker import Dispatch
+from telegram_idem.updates import ordering_key
+
+__all__ = ["WebhookIngress", "new_entry"]
+
+log = logging.getLogger("telegram_idem.ingress")
+
+
+def new_entry(idem: Idem, update: dict[str, Any], *, bot_id: int) -> NewEntry:
+    """The inbox entry for a validated update."""
+    return NewEntry(
+        update_key=idem.keys.update(bot_id, update["update_id"]),
+        ordering_key=ordering_key(update),
+        payload=json.dumps(update, ensure_ascii=False, separators=(",", ":")).encode(),
+    )
+
+
+class WebhookIngress:
+    """``app.router.add_post(path, WebhookIngress(...).handle)``.
+
+    Args:
+        idem: the guard; its store must have an inbox (memory, SQLite, Postgres, Redis).
+        bot_id: the bot the updates are for.
+        secret_token: the ``secret_token`` of ``setWebhook``, or ``None``.
+        max_body: largest body accepted, bytes.
+        on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` dispatches the update
+            in-process with ``fail_open_dispatch`` (unguarded) and answers 200.
+        fail_open_dispatch: required for ``fail_open``.
+        on_admitted: called after each new entry (e.g. ``worker.notify``).
+
+    Raises:
+        ConfigurationError: malformed ``secret_token``, the store has no inbox, or
+            ``fail_open`` without ``fail_open_dispatch``.
+    """
+
+    def __init__(
+        self,
+        idem: Idem,
+        *,
+        bot_id: int,
+        secret_token: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        fail_open_dispatch: Dispatch | None = None,
+        on_admitted: Callable[[], None] | None = None,
+    ) -> None:
+        from telegram_idem.errors import ConfigurationError
+
+        if on_store_error == "fail_open" and fail_open_dispatch is None:
+            raise ConfigurationError("fail_open needs fail_open_dispatch to process updates")
+        self.idem = idem
+        self.inbox = idem.store.inbox()
+        self.bot_id = bot_id
+        self.secret_token = check_secret_token(secret_token)
+        self.max_body = max_body
+        self.on_store_error = on_store_error
+        self.fail_open_dispatch = fail_open_dispatch
+        self.on_admitted = on_admitted
+        self.admitted = 0
+        self.duplicates = 0
+        self._unguarded: set[asyncio.Future[Any]] = set()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Answer one webhook POST (see the module's table).
+
+        Raises:
+            aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
+        """
+        update = await read_update(request, secret=self.secret_token, max_body=self.max_body)
+        try:
+            new = await self.inbox.admit(
+                new_entry(self.idem, update, bot_id=self.bot_id),
+                retention=self.idem.update_retention,
+            )
+        except StoreError:
+            if self.on_store_error == "fail_closed":
+                log.warning("store outage: update %s refused with 503", update["update_id"])
+                raise web.HTTPServiceUnavailable(text="store unavailable") from None
+            log.error(
+                "STORE OUTAGE: update %s dispatched unguarded (fail_open)", update["update_id"]
+            )
+            assert self.fail_open_dispatch is not None
+            task: asyncio.Future[Any] = asyncio.ensure_future(self.fail_open_dispatch(update))
+            self._unguarded.add(task)
+            task.add_done_callback(self._unguarded.discard)
+            return web.Response(text="ok (unguarded)")
+        if not new:
+            self.duplicates += 1
+            return web.Response(text="duplicate")
+        self.admitted += 1
+        if self.on_admitted is not None:
+            self.on_admitted()
+        return web.Response(text="ok")

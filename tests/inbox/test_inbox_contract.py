@@ -1,0 +1,160 @@
+"""The inbox contract on every store that has one (design.md §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from services import SHARED_STATE_STORES, StoreFactory
+
+from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, Store
+from telegram_idem.inbox.base import EntryStatus, Inbox, NewEntry
+
+RETENTION = 3600.0
+LEASE = 30.0
+
+
+def entry(update_id: int, chat: str | None = "chat:1") -> NewEntry:
+    payload = json.dumps({"update_id": update_id, "message": {"text": str(update_id)}}).encode()
+    return NewEntry(f"idem:7:u:{update_id}", chat, payload)
+
+
+@pytest.fixture
+def inbox(store: Store) -> Inbox:
+    try:
+        return store.inbox()
+    except ConfigurationError as exc:
+        pytest.skip(str(exc))
+
+
+async def test_admit_enqueues_once_and_claims_the_update_guard(inbox: Inbox, store: Store) -> None:
+    assert await inbox.admit(entry(1), retention=RETENTION) is True
+    assert await inbox.admit(entry(1), retention=RETENTION) is False
+    assert await inbox.depth() == 1
+    record = await store.get("idem:7:u:1")
+    assert record is not None and record.status is Status.COMPLETED
+    again = await store.claim("idem:7:u:1", lease=LEASE, retention=RETENTION)
+    assert again.outcome is Outcome.REPLAY
+
+
+async def test_admit_many_answers_in_order(inbox: Inbox) -> None:
+    await inbox.admit(entry(2), retention=RETENTION)
+    got = await inbox.admit_many([entry(1), entry(2), entry(3)], retention=RETENTION)
+    assert got == [True, False, True]
+    assert await inbox.depth() == 3
+
+
+async def test_take_gives_a_token_and_one_attempt(inbox: Inbox) -> None:
+    await inbox.admit(entry(1), retention=RETENTION)
+    taken = await inbox.take(lease=LEASE)
+    assert taken is not None
+    assert (taken.id, taken.status, taken.attempts) == ("idem:7:u:1", EntryStatus.IN_FLIGHT, 1)
+    assert json.loads(taken.payload)["update_id"] == 1
+    assert await inbox.take(lease=LEASE) is None
+    assert await inbox.ack(taken)
+    assert await inbox.depth() == 0
+    assert not await inbox.ack(taken)
+
+
+async def test_one_in_flight_per_chat_in_admission_order(inbox: Inbox) -> None:
+    for uid, chat in [(1, "chat:a"), (2, "chat:a"), (3, "chat:b"), (4, "chat:a")]:
+        await inbox.admit(entry(uid, chat), retention=RETENTION)
+    first = await inbox.take(lease=LEASE)
+    second = await inbox.take(lease=LEASE)
+    assert (first and first.id, second and second.id) == ("idem:7:u:1", "idem:7:u:3")
+    assert await inbox.take(lease=LEASE) is None  # chat a is busy, chat b is done
+    assert first is not None and await inbox.ack(first)
+    nxt = await inbox.take(lease=LEASE)
+    assert nxt is not None and nxt.id == "idem:7:u:2"
+    assert await inbox.ack(nxt)
+    last = await inbox.take(lease=LEASE)
+    assert last is not None and last.id == "idem:7:u:4"
+
+
+async def test_entries_without_an_ordering_key_are_independent(inbox: Inbox) -> None:
+    await inbox.admit(entry(1, None), retention=RETENTION)
+    await inbox.admit(entry(2, None), retention=RETENTION)
+    a, b = await inbox.take(lease=LEASE), await inbox.take(lease=LEASE)
+    assert a is not None and b is not None and a.id != b.id
+
+
+async def test_retry_waits_and_keeps_the_chat_in_order(inbox: Inbox, clock: ManualClock) -> None:
+    await inbox.admit(entry(1, "chat:a"), retention=RETENTION)
+    await inbox.admit(entry(2, "chat:a"), retention=RETENTION)
+    first = await inbox.take(lease=LEASE)
+    assert first is not None
+    assert await inbox.retry(first, delay=10, error="boom")
+    assert await inbox.take(lease=LEASE) is None  # entry 1 waits; entry 2 must not overtake
+    clock.advance(10)
+    again = await inbox.take(lease=LEASE)
+    assert again is not None and again.id == first.id
+    assert again.attempts == 2 and again.token > first.token
+    assert again.last_error == "boom"
+
+
+async def test_an_entry_whose_worker_died_is_taken_again_after_its_lease(
+    inbox: Inbox, clock: ManualClock
+) -> None:
+    await inbox.admit(entry(1), retention=RETENTION)
+    dead_worker = await inbox.take(lease=LEASE)
+    assert dead_worker is not None
+    clock.advance(LEASE - 1)
+    assert await inbox.take(lease=LEASE) is None
+    assert await inbox.extend(dead_worker, lease=LEASE)  # a heartbeat keeps it
+    clock.advance(LEASE - 1)
+    assert await inbox.take(lease=LEASE) is None
+    clock.advance(2)
+    heir = await inbox.take(lease=LEASE)
+    assert heir is not None and heir.id == dead_worker.id and heir.attempts == 2
+    assert not await inbox.ack(dead_worker)  # the zombie cannot finish the heir's entry
+    assert not await inbox.retry(dead_worker, delay=0, error="x")
+    assert await inbox.ack(heir)
+
+
+async def test_dead_letters_stop_blocking_and_can_be_redriven(inbox: Inbox) -> None:
+    await inbox.admit(entry(1, "chat:a"), retention=RETENTION)
+    await inbox.admit(entry(2, "chat:a"), retention=RETENTION)
+    poison = await inbox.take(lease=LEASE)
+    assert poison is not None
+    assert await inbox.bury(poison, error="ValueError: bad")
+    [dead] = await inbox.dead_letters()
+    assert (dead.id, dead.status, dead.last_error) == (
+        poison.id,
+        EntryStatus.DEAD,
+        "ValueError: bad",
+    )
+    assert await inbox.depth() == 1
+    nxt = await inbox.take(lease=LEASE)
+    assert nxt is not None and nxt.id == "idem:7:u:2"
+    assert await inbox.ack(nxt)
+    assert await inbox.redrive(poison.id)
+    assert not await inbox.redrive(poison.id)
+    back = await inbox.take(lease=LEASE)
+    assert back is not None and back.id == poison.id and back.attempts == 1
+    assert await inbox.dead_letters() == []
+
+
+async def test_concurrent_takers_never_share_an_entry(inbox: Inbox) -> None:
+    for uid in range(20):
+        await inbox.admit(entry(uid, f"chat:{uid}"), retention=RETENTION)
+    taken = await asyncio.gather(*(inbox.take(lease=LEASE) for _ in range(30)))
+    ids = [t.id for t in taken if t is not None]
+    assert len(ids) == 20 and len(set(ids)) == 20
+
+
+async def test_takers_on_separate_connections_never_share_an_entry(
+    store_factory: StoreFactory, store_name: str
+) -> None:
+    if store_name not in SHARED_STATE_STORES:
+        pytest.skip("a memory inbox lives in one object")
+    stores = [await store_factory() for _ in range(4)]
+    try:
+        inboxes = [s.inbox() for s in stores]
+    except ConfigurationError as exc:
+        pytest.skip(str(exc))
+    for uid in range(12):
+        await inboxes[uid % 4].admit(entry(uid, f"chat:{uid % 6}"), retention=RETENTION)
+    taken = await asyncio.gather(*(inboxes[i % 4].take(lease=LEASE) for i in range(24)))
+    ids = [t.id for t in taken if t is not None]
+    assert len(ids) == len(set(ids)) == 6  # one head per chat
