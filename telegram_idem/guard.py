@@ -30,6 +30,7 @@ from telegram_idem.errors import (
     StoredFailureError,
 )
 from telegram_idem.keys import KeyBuilder
+from telegram_idem.locks import acquire_lock
 from telegram_idem.logs import log_decision
 from telegram_idem.records import Claim, Outcome, Record
 from telegram_idem.updates import ordering_key, validate_update
@@ -358,6 +359,10 @@ class Idem:
     ) -> AsyncIterator[Claim]:
         """Hold the lock ``name`` for the block; released in ``finally``.
 
+        Inside an action, the action owns the lock: if the action is taken over after its
+        holder died, the new holder takes the lock over too instead of waiting ``ttl``
+        (see :mod:`telegram_idem.locks`).
+
         Args:
             name: what the lock guards (e.g. ``"post:chat:42"``).
             bot_id: default: the bound update's bot.
@@ -369,22 +374,34 @@ class Idem:
         """
         bot = bot_id if bot_id is not None else current_update().bot_id
         key = self.keys.lock(bot, name)
-        # The record outlives the lock (a tombstone after release) so its fencing token keeps
-        # rising: a holder that stalled past its ttl can never match a later holder's token.
-        claim = await self.store.claim(key, lease=ttl, retention=max(ttl, self.lock_retention))
-        decision = "acquired" if claim.outcome is Outcome.ACQUIRED else "held"
+        action = current_action()
+        try:
+            # The record outlives the lock (a tombstone after release) so its fencing
+            # token keeps rising: a stalled holder never matches a later holder's token.
+            claim = await acquire_lock(
+                self.store,
+                key,
+                ttl=ttl,
+                retention=max(ttl, self.lock_retention),
+                owner=action.key if action is not None else None,
+                clock=self.clock,
+            )
+        except LockHeldError as exc:
+            log_decision(
+                boundary="lock",
+                key=key,
+                decision="held",
+                update=_bound_update(),
+                fencing_token=exc.record.fencing_token if exc.record else None,
+            )
+            raise
         log_decision(
             boundary="lock",
             key=key,
-            decision=decision,
+            decision="acquired",
             update=_bound_update(),
             fencing_token=claim.token,
         )
-        if claim.outcome is not Outcome.ACQUIRED:
-            retry_after = max(claim.record.lease_expires_at - self.clock(), 0.0)
-            raise LockHeldError(
-                f"{key} is held", key=key, record=claim.record, retry_after=retry_after
-            )
         try:
             yield claim
         finally:

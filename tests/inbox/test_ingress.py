@@ -1,0 +1,165 @@
+"""Webhook and polling ingress into the inbox, with aiogram behind a worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.types import Message
+from aiohttp import web
+
+from telegram_idem import Idem, idempotent
+from telegram_idem.adapters.aiogram import (
+    IdempotencyMiddleware,
+    aiogram_get_updates,
+    inbox_dispatch,
+)
+from telegram_idem.inbox.worker import InboxWorker
+from telegram_idem.ingress.polling import PollingIngress
+from telegram_idem.ingress.webhook import WebhookIngress
+from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
+
+TOKEN = "7000000001:AAingress"
+SECRET = "ingress-secret"
+
+
+async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_post("/webhook", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/webhook"
+
+
+@pytest.fixture
+async def idem(tmp_path: Path) -> AsyncIterator[Idem]:
+    guard = Idem(f"sqlite:///{tmp_path / 'bot.db'}")
+    yield guard
+    await guard.close()
+
+
+async def test_20_concurrent_deliveries_make_one_entry_and_one_run(idem: Idem) -> None:
+    bodies: list[int] = []
+    async with FakeBotAPI() as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        dp = Dispatcher()
+        dp.update.outer_middleware(IdempotencyMiddleware(idem))
+
+        @dp.message()
+        @idempotent(key="post:{chat_id}:{message_id}")
+        async def on_message(message: Message) -> int:
+            bodies.append(message.message_id)
+            return message.message_id
+
+        worker = InboxWorker(idem.store.inbox(), inbox_dispatch(dp, bot), poll_interval=0.01)
+        ingress = WebhookIngress(
+            idem, bot_id=bot.id, secret_token=SECRET, on_admitted=worker.notify
+        )
+        runner, url = await _serve(ingress.handle)
+        worker.start()
+        try:
+            async with TelegramDelivery(url, secret_token=SECRET) as tg:
+                reports = await tg.deliver_concurrently(load_fixture("techpost_command"), 20)
+            assert all(r.statuses == [200] for r in reports)
+            assert (ingress.admitted, ingress.duplicates) == (1, 19)
+            await worker.drain(limit=30)
+        finally:
+            await worker.stop()
+            await runner.cleanup()
+            await bot.session.close()
+    assert bodies == [4121]
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status"),
+    [
+        ({"X-Telegram-Bot-Api-Secret-Token": "nope"}, b'{"update_id": 9}', 401),
+        ({}, b'{"update_id": 9}', 401),
+        (None, b"{not json", 400),
+        (None, b'{"update_id": 1.5}', 400),
+        (None, b"x" * (1024 * 1024 + 1), 413),
+        (None, b'{"update_id": 9, "from_the_future": {}}', 200),
+    ],
+)
+async def test_bad_requests_are_refused_and_store_nothing(
+    idem: Idem, headers: dict[str, str] | None, body: bytes, status: int
+) -> None:
+    ingress = WebhookIngress(idem, bot_id=7, secret_token=SECRET)
+    runner, url = await _serve(ingress.handle)
+    try:
+        sent = {"X-Telegram-Bot-Api-Secret-Token": SECRET} if headers is None else headers
+        async with aiohttp.ClientSession() as s, s.post(url, data=body, headers=sent) as resp:
+            assert resp.status == status
+    finally:
+        await runner.cleanup()
+    expected_depth = 1 if status == 200 else 0
+    assert await idem.store.inbox().depth() == expected_depth
+
+
+async def test_store_outage_fails_closed_with_503(tmp_path: Path) -> None:
+    broken = Idem(f"sqlite:///{tmp_path}")  # a directory: the database cannot open
+    ingress = WebhookIngress(broken, bot_id=7)
+    runner, url = await _serve(ingress.handle)
+    try:
+        async with TelegramDelivery(url, max_attempts=1) as tg:
+            report = await tg.deliver(load_fixture("techpost_command"))
+        assert report.statuses == [503]
+    finally:
+        await runner.cleanup()
+        await broken.close()
+
+
+async def test_store_outage_fail_open_dispatches_and_answers_200(tmp_path: Path) -> None:
+    broken = Idem(f"sqlite:///{tmp_path}")
+    seen: list[int] = []
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        seen.append(update["update_id"])
+
+    ingress = WebhookIngress(
+        broken, bot_id=7, on_store_error="fail_open", fail_open_dispatch=dispatch
+    )
+    runner, url = await _serve(ingress.handle)
+    try:
+        async with TelegramDelivery(url, max_attempts=1) as tg:
+            report = await tg.deliver(load_fixture("techpost_command"))
+        assert report.statuses == [200]
+        async with asyncio.timeout(5):
+            while not seen:
+                await asyncio.sleep(0.01)
+        assert seen == [734519001]
+    finally:
+        await runner.cleanup()
+        await broken.close()
+
+
+async def test_polling_refetch_after_a_crash_duplicates_nothing(idem: Idem) -> None:
+    async with FakeBotAPI(long_poll_cap=0.05) as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        try:
+            for name in ("techpost_command", "techpost_no_title", "inline_query"):
+                api.queue_update(load_fixture(name))
+            first = PollingIngress(idem, aiogram_get_updates(bot), bot_id=bot.id, poll_timeout=0)
+            assert await first.poll_once() == 3
+            assert first.admitted == 3
+            # The process dies before the next getUpdates confirmed the batch: a new poller
+            # starts without an offset and Telegram sends the same batch again.
+            second = PollingIngress(idem, aiogram_get_updates(bot), bot_id=bot.id, poll_timeout=0)
+            assert await second.poll_once() == 3
+            assert (second.admitted, second.duplicates) == (0, 3)
+            assert await idem.store.inbox().depth() == 3
+            assert second.offset == 734519050 + 1
+            assert await second.poll_once() == 0  # the offset confirmed the batch
+        finally:
+            await bot.session.close()
