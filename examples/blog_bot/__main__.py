@@ -2,7 +2,10 @@
 
 - ``serve --host H --port P``: the webhook server (``POST /webhook``), configured by env
   (see :class:`~examples.blog_bot.config.Settings`).
-- ``poll``: getUpdates long polling instead of a webhook (deletes the webhook first).
+- ``poll``: getUpdates long polling into the inbox (deletes the webhook first).
+- ``set-webhook URL [--drop-pending-updates]``: re-enable a webhook, optionally dropping
+  what Telegram queued meanwhile (seeds/000's first takeaway).
+- ``dead-letters`` / ``redrive ID``: list updates that failed every attempt; put one back.
 - ``demo``: the whole bot on SQLite + a new local git repository + the offline writer,
   against a local Bot API and a Telegram-like delivery loop; exits non-zero if an
   invariant breaks.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 
 from aiohttp import web
@@ -23,9 +27,39 @@ from examples.blog_bot.config import Settings
 
 async def _poll(settings: Settings) -> None:
     blog = build_blog_bot(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await blog.bot.delete_webhook(drop_pending_updates=False)
-        await blog.dispatcher.start_polling(blog.bot, handle_signals=True)
+        await blog.poll(stop)
+    finally:
+        await blog.close()
+
+
+async def _admin(settings: Settings, args: argparse.Namespace) -> int:
+    blog = build_blog_bot(settings)
+    try:
+        if args.command == "set-webhook":
+            await blog.bot.set_webhook(
+                args.url,
+                secret_token=settings.webhook_secret,
+                drop_pending_updates=args.drop_pending_updates,
+            )
+            print(
+                f"webhook set to {args.url} (pending updates dropped: {args.drop_pending_updates})"
+            )
+        elif args.command == "dead-letters":
+            dead = await blog.idem.store.inbox().dead_letters(limit=args.limit)
+            for entry in dead:
+                print(f"{entry.id}\tattempts={entry.attempts}\t{entry.last_error}")
+            print(f"{len(dead)} dead letter(s)")
+        elif args.command == "redrive":
+            if not await blog.idem.store.inbox().redrive(args.entry_id):
+                print(f"no dead letter {args.entry_id}", file=sys.stderr)
+                return 1
+            print(f"{args.entry_id} is back in the inbox")
+        return 0
     finally:
         await blog.close()
 
@@ -53,6 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     sub.add_parser("poll", help="long-poll getUpdates")
+    hook = sub.add_parser("set-webhook", help="point Telegram at URL (re-enable a webhook)")
+    hook.add_argument("url")
+    hook.add_argument(
+        "--drop-pending-updates",
+        action="store_true",
+        help="discard updates Telegram queued meanwhile (seeds/000: before re-enabling)",
+    )
+    dead = sub.add_parser("dead-letters", help="list updates that failed every attempt")
+    dead.add_argument("--limit", type=int, default=100)
+    redrive = sub.add_parser("redrive", help="put a dead letter back into the inbox")
+    redrive.add_argument("entry_id")
     demo = sub.add_parser("demo", help="run the offline end-to-end demo")
     demo.add_argument("--workdir", help="keep the demo's database and repository here")
     demo.add_argument("--delay-scale", type=float, default=0.02, help="writer latency scale")
@@ -71,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().setLevel(logging.INFO)
     if args.command == "serve":
         _serve(settings, args.host, args.port)
-    else:
+    elif args.command == "poll":
         asyncio.run(_poll(settings))
+    else:
+        return asyncio.run(_admin(settings, args))
     return 0
 
 

@@ -1,7 +1,14 @@
-"""Assembling the blog bot: store, guards, writer, publisher, aiogram, webhook or polling."""
+"""Assembling the blog bot: store, guards, writer, publisher, aiogram, inbox and workers.
+
+Webhook → :class:`~telegram_idem.ingress.webhook.WebhookIngress` (claim + inbox entry in
+one transaction, 200 in milliseconds) → :class:`~telegram_idem.inbox.worker.InboxWorker`
+(per-chat order, retries, dead letters) → aiogram ``Dispatcher`` → handlers behind the
+action guard, the chat lock and steps. ``poll`` uses getUpdates batches instead.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -15,8 +22,15 @@ from examples.blog_bot.config import Settings
 from examples.blog_bot.publisher import Publisher, publisher_from_env
 from examples.blog_bot.writer import OfflineWriter, Writer
 from telegram_idem import CallbackTokens, Idem
-from telegram_idem.adapters.aiogram import IdempotencyMiddleware
+from telegram_idem.adapters.aiogram import (
+    IdempotencyMiddleware,
+    aiogram_get_updates,
+    inbox_dispatch,
+)
 from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
+from telegram_idem.inbox.worker import InboxWorker
+from telegram_idem.ingress.polling import PollingIngress
+from telegram_idem.ingress.webhook import WebhookIngress
 
 __all__ = ["BlogBot", "build_blog_bot"]
 
@@ -34,22 +48,58 @@ class BlogBot:
     publisher: Publisher
     bot: Bot
     dispatcher: Dispatcher
-    webhook: FastAckWebhook
+    ingress: WebhookIngress
+    worker: InboxWorker
 
     def web_app(self, *, path: str = "/webhook") -> web.Application:
-        """An aiohttp app serving ``POST <path>`` (fast-ack) and ``GET /healthz``."""
+        """An aiohttp app serving ``POST <path>`` and ``GET /healthz``; the workers run
+        while the app runs and finish (or return) their entries at shutdown."""
         app = web.Application()
-        app.router.add_post(path, self.webhook.handle)
+        app.router.add_post(path, self.ingress.handle)
         app.router.add_get("/healthz", _healthz)
+        app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.worker.start()
+
     async def _on_shutdown(self, _app: web.Application) -> None:
-        await self.webhook.drain(limit=30)
+        await self.worker.stop(grace=30)
+
+    def inline_webhook(self) -> FastAckWebhook:
+        """A webhook that processes *before* answering, as the bot of seeds/000 did (only
+        for demonstrating why not to: Telegram re-sends after its timeout)."""
+        return FastAckWebhook(
+            self.dispatcher,
+            self.bot,
+            self.idem,
+            secret_token=self.settings.webhook_secret,
+            background=False,
+        )
+
+    async def settle(self, *, limit: float = 120.0) -> None:
+        """Wait until the inbox has nothing left to process (tests and the demo)."""
+        await self.worker.drain(limit=limit)
+
+    async def poll(self, stop: asyncio.Event) -> None:
+        """Long-poll getUpdates into the inbox and process it until ``stop`` is set."""
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        polling = PollingIngress(
+            self.idem,
+            aiogram_get_updates(self.bot),
+            bot_id=self.bot.id,
+            on_admitted=self.worker.notify,
+        )
+        self.worker.start()
+        try:
+            await polling.run(stop)
+        finally:
+            await self.worker.stop(grace=30)
 
     async def close(self) -> None:
-        """Finish background work (30 s at most), close the Bot session and the store."""
-        await self.webhook.drain(limit=30)
+        """Stop the workers (30 s grace), close the Bot session and the store."""
+        await self.worker.stop(grace=30)
         await self.bot.session.close()
         await self.idem.close()
 
@@ -64,14 +114,13 @@ def build_blog_bot(
     writer: Writer | None = None,
     publisher: Publisher | None = None,
     idem: Idem | None = None,
-    background: bool = True,
 ) -> BlogBot:
     """Wire the bot from ``settings``; ``writer``/``publisher``/``idem`` override them.
 
     Raises:
-        ConfigurationError: a bad store URL or webhook secret.
+        ConfigurationError: a bad store URL or webhook secret, or a store without inbox.
     """
-    idem = idem or Idem(settings.store_url)
+    idem = idem or Idem(settings.store_url, lease=settings.lease)
     tokens = CallbackTokens(idem, settings.callback_secret)
     writer = writer or OfflineWriter(delay_scale=settings.writer_delay_scale)
     publisher = publisher or publisher_from_env(settings.publisher_env())
@@ -82,7 +131,18 @@ def build_blog_bot(
     )
     dp.update.outer_middleware(IdempotencyMiddleware(idem, tokens=tokens))
     dp.include_routers(posting.make_router(), deleting.make_router(), misc.make_router())
-    webhook = FastAckWebhook(
-        dp, bot, idem, secret_token=settings.webhook_secret, background=background
+    worker = InboxWorker(
+        idem.store.inbox(),
+        inbox_dispatch(dp, bot),
+        concurrency=settings.worker_concurrency,
+        lease=settings.lease,
+        backoff_base=settings.retry_backoff,
+        poll_interval=0.2,
     )
-    return BlogBot(settings, idem, tokens, writer, publisher, bot, dp, webhook)
+    ingress = WebhookIngress(
+        idem,
+        bot_id=bot.id,
+        secret_token=settings.webhook_secret,
+        on_admitted=worker.notify,
+    )
+    return BlogBot(settings, idem, tokens, writer, publisher, bot, dp, ingress, worker)

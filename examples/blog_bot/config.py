@@ -25,7 +25,13 @@ class Settings:
         repo_path: ``BLOG_REPO_PATH`` (default ``./blog-repo``).
         writer_delay_scale: ``WRITER_DELAY_SCALE``; 1.0 ≈ the 45–60 s pipeline.
         callback_secret: ``CALLBACK_SECRET``; default derived from the bot token.
-        lock_ttl: seconds the per-chat post lock lives (the 120 s POST_LOCK of seeds/000).
+        lock_ttl: ``POST_LOCK_TTL``, seconds the per-chat post lock lives (the 120 s
+            POST_LOCK of seeds/000).
+        lease: ``IDEM_LEASE``, seconds a worker or handler holds its claim before another
+            may take over (heartbeats extend it while the work runs).
+        worker_concurrency: ``WORKER_CONCURRENCY``, inbox entries processed at once.
+        retry_backoff: ``RETRY_BACKOFF``, seconds before the first retry of a failed update
+            (doubling each time, at most 5 minutes; dead letter after 5 attempts).
         github: ``GITHUB_TOKEN``, ``GITHUB_REPO``, ``GITHUB_API_URL`` when set: publish
             through the GitHub Git Tree API instead of the local repository;
             ``BLOG_BRANCH`` (default ``main``) for either publisher.
@@ -39,6 +45,9 @@ class Settings:
     writer_delay_scale: float = 1.0
     callback_secret: str = ""
     lock_ttl: float = 120.0
+    lease: float = 60.0
+    worker_concurrency: int = 8
+    retry_backoff: float = 1.0
     github: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -54,8 +63,12 @@ class Settings:
             raise SystemExit("BOT_TOKEN must be set to the bot's token (<bot_id>:<secret>)")
         try:
             scale = float(env.get("WRITER_DELAY_SCALE", "1.0"))
-        except ValueError:
-            raise SystemExit("WRITER_DELAY_SCALE must be a number") from None
+            lock_ttl = float(env.get("POST_LOCK_TTL", "120"))
+            lease = float(env.get("IDEM_LEASE", "60"))
+            concurrency = int(env.get("WORKER_CONCURRENCY", "8"))
+            backoff = float(env.get("RETRY_BACKOFF", "1"))
+        except ValueError as exc:
+            raise SystemExit(f"a numeric setting is malformed: {exc}") from None
         derived = hmac.new(token.encode(), b"callback-tokens", hashlib.sha256).hexdigest()
         return cls(
             bot_token=token,
@@ -65,6 +78,10 @@ class Settings:
             repo_path=env.get("BLOG_REPO_PATH", "./blog-repo"),
             writer_delay_scale=scale,
             callback_secret=env.get("CALLBACK_SECRET") or derived,
+            lock_ttl=lock_ttl,
+            lease=lease,
+            worker_concurrency=concurrency,
+            retry_backoff=backoff,
             github=tuple(
                 (name, env[name])
                 for name in ("GITHUB_TOKEN", "GITHUB_REPO", "GITHUB_API_URL", "BLOG_BRANCH")

@@ -84,8 +84,9 @@ async def run_demo(
     decisions.addHandler(counter)
     decisions.setLevel(logging.INFO)
     decisions.propagate = verbose
-    if not verbose:  # the simulated LLM timeout is logged with a traceback; it is expected
-        logging.getLogger("telegram_idem.webhook").setLevel(logging.CRITICAL)
+    if not verbose:  # the simulated LLM timeout is logged as a retried failure; expected
+        logging.getLogger("telegram_idem.worker").setLevel(logging.CRITICAL)
+        logging.getLogger("aiogram.event").setLevel(logging.CRITICAL)
     secret = secrets.token_urlsafe(24)
     writer = OfflineWriter(delay_scale=delay_scale)
     flaky = FlakyWriter(writer, fail_call=3)  # the second post's first translation times out
@@ -102,16 +103,15 @@ async def run_demo(
             repo_path=str(work / "blog-repo"),
             writer_delay_scale=delay_scale,
             callback_secret=secrets.token_hex(16),
+            retry_backoff=0.2,
         )
         blog = build_blog_bot(settings, writer=flaky)
-        slow = FastAckWebhook(
-            blog.dispatcher, blog.bot, blog.idem, secret_token=secret, background=False
-        )
+        slow = blog.inline_webhook()
         runner, base = await _start(blog, slow)
 
         async def settle() -> None:
             await slow.drain(limit=120)
-            await blog.webhook.drain(limit=120)
+            await blog.settle(limit=120)
 
         started = time.monotonic()
         report = Report()
@@ -155,13 +155,12 @@ async def _story(
         no_title = load_fixture("techpost_no_title")
         r = await slow.deliver(no_title)
         print(f"   Telegram sent update {r.update_id} {len(r.attempts)} times: {r.statuses}")
-        print("2. /techpost <title> delivered 5 times at once; its translation times out once:")
+        print("2. /techpost <title> delivered 5 times at once to the inbox webhook (200 at once);")
+        print("   its translation times out once: the worker retries it, finished steps replay")
         await settle()
         await fast.deliver_concurrently(load_fixture("techpost_command"), 5)
         await settle()
-        print(
-            "   Telegram re-sends both /techposts (their 200s were 'lost'): finished steps replay"
-        )
+        print("   Telegram re-sends both /techposts (as if their 200s were lost): absorbed")
         await fast.deliver(load_fixture("techpost_command"))
         await fast.deliver(no_title)
         await settle()

@@ -21,7 +21,10 @@ class DecisionCounter(logging.Handler):
         boundary = str(getattr(record, "boundary", "?"))
         decision = str(getattr(record, "decision", "?"))
         self.counts[(boundary, decision)] += 1
-        if decision != "acquired":  # one repeat stopped, however often a waiter polled
+        if decision not in (
+            "acquired",
+            "admitted",
+        ):  # one repeat stopped, however often a waiter polled
             self._stopped.add(
                 (boundary, str(getattr(record, "key", "")), getattr(record, "update_id", None))
             )
@@ -30,7 +33,11 @@ class DecisionCounter(logging.Handler):
         """Repeats stopped at ``boundary``: every refused update delivery; for actions and
         steps, distinct (key, update) pairs (a waiting caller polls several times)."""
         if boundary == "update":
-            return sum(n for (b, d), n in self.counts.items() if b == boundary and d != "acquired")
+            return sum(
+                n
+                for (b, d), n in self.counts.items()
+                if b == boundary and d not in ("acquired", "admitted")
+            )
         return sum(1 for b, _, _ in self._stopped if b == boundary)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.ingress.webhook import new_entry
+from telegram_idem.logs import log_decision
 from telegram_idem.updates import validate_update
 
 __all__ = ["GetUpdates", "PollingIngress"]
@@ -76,11 +77,18 @@ class PollingIngress:
         updates = [validate_update(u) for u in batch]
         entries = [new_entry(self.idem, u, bot_id=self.bot_id) for u in updates]
         results = await self.inbox.admit_many(entries, retention=self.idem.update_retention)
-        new = sum(results)
-        self.admitted += new
-        self.duplicates += len(results) - new
+        for update, entry, fresh in zip(updates, entries, results, strict=True):
+            log_decision(
+                boundary="update",
+                key=entry.update_key,
+                decision="admitted" if fresh else "duplicate",
+                update=update,
+            )
+        admitted = sum(results)
+        self.admitted += admitted
+        self.duplicates += len(results) - admitted
         self.offset = max(u["update_id"] for u in updates) + 1
-        if new and self.on_admitted is not None:
+        if admitted and self.on_admitted is not None:
             self.on_admitted()
         return len(updates)
 

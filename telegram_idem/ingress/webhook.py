@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.inbox.worker import Dispatch
+from telegram_idem.logs import log_decision
 from telegram_idem.updates import ordering_key
 
 __all__ = ["WebhookIngress", "new_entry"]
@@ -100,11 +102,10 @@ class WebhookIngress:
             aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
         """
         update = await read_update(request, secret=self.secret_token, max_body=self.max_body)
+        entry = new_entry(self.idem, update, bot_id=self.bot_id)
+        started = time.perf_counter()
         try:
-            new = await self.inbox.admit(
-                new_entry(self.idem, update, bot_id=self.bot_id),
-                retention=self.idem.update_retention,
-            )
+            new = await self.inbox.admit(entry, retention=self.idem.update_retention)
         except StoreError:
             if self.on_store_error == "fail_closed":
                 log.warning("store outage: update %s refused with 503", update["update_id"])
@@ -117,6 +118,13 @@ class WebhookIngress:
             self._unguarded.add(task)
             task.add_done_callback(self._unguarded.discard)
             return web.Response(text="ok (unguarded)")
+        log_decision(
+            boundary="update",
+            key=entry.update_key,
+            decision="admitted" if new else "duplicate",
+            update=update,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+        )
         if not new:
             self.duplicates += 1
             return web.Response(text="duplicate")

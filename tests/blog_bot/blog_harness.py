@@ -37,7 +37,7 @@ class Harness:
 
     async def settle(self) -> None:
         """Wait for background processing to end."""
-        await self.blog.webhook.drain(limit=60)
+        await self.blog.settle(limit=60)
 
     async def commit_messages(self) -> list[str]:
         """Commit messages after the initial commit, oldest first."""
@@ -76,6 +76,5 @@ async def running_blog(
         url = f"http://127.0.0.1:{port}/webhook"
         async with TelegramDelivery(url, secret_token=SECRET, timeout=10, retry_delay=0.01) as tg:
             yield Harness(blog, api, writer, url, tg, settings)
-        await blog.webhook.drain(limit=60)
         await runner.cleanup()
         await blog.close()
