@@ -70,15 +70,20 @@ def current_action() -> ActionContext | None:
     return _action.get()
 
 
-@contextmanager
-def bind_update(update: Mapping[str, Any], *, bot_id: int, idem: Idem) -> Iterator[UpdateContext]:
-    """Bind ``update`` for the guards for the duration of the block."""
-    ctx = UpdateContext(update, bot_id, idem)
-    reset = _update.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _update.reset(reset)
+class bind_update:
+    """Bind ``update`` for the guards for the duration of the ``with`` block."""
+
+    __slots__ = ("_ctx", "_reset")
+
+    def __init__(self, update: Mapping[str, Any], *, bot_id: int, idem: Idem) -> None:
+        self._ctx = UpdateContext(update, bot_id, idem)
+
+    def __enter__(self) -> UpdateContext:
+        self._reset = _update.set(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _update.reset(self._reset)
 
 
 @contextmanager

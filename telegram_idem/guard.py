@@ -26,14 +26,16 @@ from telegram_idem.errors import (
     InProgressError,
     LockHeldError,
     LostClaimError,
+    MalformedUpdateError,
     ResultEncodingError,
     StoredFailureError,
 )
+from telegram_idem.heartbeat import heartbeat
 from telegram_idem.keys import KeyBuilder
 from telegram_idem.locks import acquire_lock
 from telegram_idem.logs import log_decision
 from telegram_idem.records import Claim, Outcome, Record
-from telegram_idem.updates import ordering_key, validate_update
+from telegram_idem.updates import ordering_key
 
 __all__ = ["ErrorPolicy", "Idem", "InProgressPolicy"]
 
@@ -97,29 +99,15 @@ class Idem:
 
     # ------------------------------------------------------------------ leases
 
-    @contextlib.asynccontextmanager
-    async def _heartbeat(self, key: str, token: int, lease: float) -> AsyncIterator[None]:
-        if not self.heartbeat:
-            yield
-            return
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(lease / 3)
-                try:
-                    if not await self.store.extend(key, token, lease=lease):
-                        log.error("lease of %s lost (fencing token %d taken over)", key, token)
-                        return
-                except Exception:  # an outage must not kill the work; completion will tell
-                    log.warning("heartbeat of %s failed", key, exc_info=True)
-
-        task = asyncio.create_task(beat())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def _heartbeat(
+        self, key: str, token: int, lease: float
+    ) -> contextlib.AbstractContextManager[None]:
+        return heartbeat(
+            lambda: self.store.extend(key, token, lease=lease),
+            interval=lease / 3,
+            name=key,
+            enabled=self.heartbeat,
+        )
 
     async def _finish_ok(self, key: str, token: int, value: Any, retention: float) -> None:
         try:
@@ -142,7 +130,9 @@ class Idem:
             MalformedUpdateError: no integer ``update_id``.
             StoreError: the store could not answer.
         """
-        uid = validate_update(dict(update))["update_id"]
+        uid = update.get("update_id")
+        if not isinstance(uid, int) or isinstance(uid, bool):
+            raise MalformedUpdateError("an update needs an integer 'update_id'")
         started = time.perf_counter()
         claim = await self.store.claim(
             self.keys.update(bot_id, uid), lease=self.lease, retention=self.update_retention
@@ -189,7 +179,7 @@ class Idem:
         key, token = claim.record.key, claim.token
         try:
             with bind_update(update, bot_id=bot_id, idem=self):
-                async with self._heartbeat(key, token, self.lease):
+                with self._heartbeat(key, token, self.lease):
                     result = await call()
         except BaseException:
             await self._release_quietly(key, token)
@@ -251,6 +241,7 @@ class Idem:
         retention = retention or self.action_retention
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
+        waited = False
         ctx = _bound_update()
         while True:
             started = time.perf_counter()
@@ -283,11 +274,13 @@ class Idem:
                 )
             if in_progress == "drop":
                 return None  # type: ignore[return-value]
-            if in_progress == "raise" or time.monotonic() >= deadline:
+            # "wait" looks again at least once, however slow the first claim was.
+            if in_progress == "raise" or (waited and time.monotonic() >= deadline):
                 raise InProgressError(
                     f"{key} is in progress elsewhere", key=key, record=claim.record
                 )
             await self.sleep(min(delay, max(deadline - time.monotonic(), 0.001)))
+            waited = True
             delay = min(delay * 2, 1.0)
 
     async def _run_acquired(
@@ -301,7 +294,7 @@ class Idem:
         key, token = claim.record.key, claim.token
         try:
             with bind_action(key, token):
-                async with self._heartbeat(key, token, lease):
+                with self._heartbeat(key, token, lease):
                     value = await fn()
         except Exception as exc:
             if on_error == "store":

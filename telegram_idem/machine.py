@@ -103,7 +103,16 @@ def do_complete(
     if not _held(record, token, now):
         return None
     assert record is not None
-    return replace(record, status=Status.COMPLETED, result=result, expires_at=now + retention)
+    return Record(
+        record.key,
+        Status.COMPLETED,
+        record.fencing_token,
+        record.lease_expires_at,
+        now + retention,
+        record.fingerprint,
+        result,
+        record.attempts,
+    )
 
 
 def do_fail(

@@ -21,24 +21,25 @@ passes the claim as ``feed_update(bot, update, idem_update_claim=claim)``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.types import TelegramObject, Update
+from aiogram.types.update import UpdateTypeLookupError
 
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.context import bind_update
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.records import Claim
-from telegram_idem.updates import KNOWN_UPDATE_TYPES
 
 __all__ = [
     "CLAIM",
     "UNGUARDED",
     "IdempotencyMiddleware",
+    "LazyUpdate",
     "aiogram_get_updates",
     "inbox_dispatch",
     "update_to_dict",
@@ -58,6 +59,34 @@ StorePolicy = Literal["fail_closed", "fail_open"]
 def update_to_dict(update: Update) -> dict[str, Any]:
     """The update as Bot API JSON (``from``, not ``from_user``), fields as received."""
     return update.model_dump(mode="json", exclude_unset=True, exclude_none=True, by_alias=True)
+
+
+class LazyUpdate(Mapping[str, Any]):
+    """An aiogram ``Update`` seen as its Bot API dict, converted only when a field other
+    than ``update_id`` is read (a key template, a fingerprint, the decision log), so the
+    update guard alone never pays for the conversion."""
+
+    __slots__ = ("_data", "_event")
+
+    def __init__(self, event: Update) -> None:
+        self._event = event
+        self._data: dict[str, Any] | None = None
+
+    def _full(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = update_to_dict(self._event)
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "update_id":
+            return self._event.update_id
+        return self._full()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
 
 
 class IdempotencyMiddleware(BaseMiddleware):
@@ -96,9 +125,11 @@ class IdempotencyMiddleware(BaseMiddleware):
             data["idem_tokens"] = self.tokens
         if not isinstance(event, Update):
             return await handler(event, data)
-        update = update_to_dict(event)
-        if not any(kind in update for kind in KNOWN_UPDATE_TYPES):
+        try:
+            event.event_type  # noqa: B018  (raises for update types aiogram does not know)
+        except UpdateTypeLookupError:
             return await handler(event, data)
+        update = LazyUpdate(event)
         bot_id: int = data["bot"].id
         if data.pop(UNGUARDED, False):
             with bind_update(update, bot_id=bot_id, idem=self.idem):

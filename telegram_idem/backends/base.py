@@ -51,6 +51,8 @@ class Store(abc.ABC):
         raise ConfigurationError(f"{cls.__name__} cannot be made from a URL")
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
+        if not self.driver_errors:  # an in-process store: nothing to translate
+            return await fn()
         try:
             return await fn()
         except self.driver_errors as exc:

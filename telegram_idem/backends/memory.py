@@ -33,6 +33,7 @@ class MemoryStore(Store):
     """
 
     schemes = ("memory",)
+    driver_errors = ()
 
     def __init__(self, *, clock: Clock = system_clock, max_items: int = 100_000) -> None:
         if max_items <= 0:

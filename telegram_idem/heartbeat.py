@@ -1,0 +1,113 @@
+"""Lease heartbeats for long work: one ticker per event loop for every holder.
+
+Registering a holder is a dict insert and leaving is a dict pop, so work that finishes
+before its first beat (almost all of it) costs nothing more; a single ticker task wakes
+while holders exist and extends each lease that is due, every ``interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["heartbeat"]
+
+log = logging.getLogger("telegram_idem")
+
+Extend = Callable[[], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class _Holder:
+    extend: Extend
+    interval: float
+    due: float
+    name: str
+    beating: bool = False
+
+
+class _Ticker:
+    """Extends the leases of the holders of one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._holders: dict[int, _Holder] = {}
+        self._ids = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self._beats: set[asyncio.Task[None]] = set()
+
+    def add(self, extend: Extend, interval: float, name: str) -> int:
+        hid = next(self._ids)
+        self._holders[hid] = _Holder(extend, interval, time.monotonic() + interval, name)
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._run())
+        return hid
+
+    def remove(self, hid: int) -> None:
+        self._holders.pop(hid, None)
+
+    async def _run(self) -> None:
+        while self._holders:
+            now = time.monotonic()
+            next_due = min(h.due for h in self._holders.values())
+            if next_due > now:
+                await asyncio.sleep(min(next_due - now, 1.0))
+                continue
+            for hid, holder in list(self._holders.items()):
+                if holder.due <= now and not holder.beating:
+                    holder.beating = True
+                    task = self._loop.create_task(self._beat(hid, holder))
+                    self._beats.add(task)
+                    task.add_done_callback(self._beats.discard)
+            await asyncio.sleep(0)
+
+    async def _beat(self, hid: int, holder: _Holder) -> None:
+        try:
+            held = await holder.extend()
+        except Exception:  # an outage must not kill the work; completion will tell
+            if hid in self._holders:
+                log.warning("heartbeat of %s failed; trying again", holder.name, exc_info=True)
+            held = True
+        holder.beating = False
+        if not held:
+            if self._holders.pop(hid, None) is not None:
+                log.error("lease of %s lost: another holder took it over", holder.name)
+            return
+        holder.due = time.monotonic() + holder.interval
+
+
+_tickers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.contextmanager
+def heartbeat(
+    extend: Extend, *, interval: float, name: str, enabled: bool = True
+) -> Iterator[None]:
+    """Call ``extend()`` every ``interval`` seconds while the block runs.
+
+    Args:
+        extend: renews the lease; ``False`` means the lease was lost (beats stop).
+        interval: seconds between beats (a third of the lease is usual).
+        name: what is held, for the log.
+        enabled: ``False`` does nothing.
+    """
+    if not enabled:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    ticker = _tickers.get(loop)
+    if ticker is None:
+        ticker = _tickers[loop] = _Ticker(loop)
+    hid = ticker.add(extend, interval, name)
+    try:
+        yield
+    finally:
+        ticker.remove(hid)
