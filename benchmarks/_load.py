@@ -25,13 +25,30 @@ async def main(url: str, rate: float, seconds: float, secret: str) -> None:
     async with aiohttp.ClientSession(connector=connector) as session:
         # warm-up: open connections and let the server touch its store once
         for i in range(20):
-            body = json.dumps({"update_id": 10_000_000 + i, "message": {"message_id": i, "date": 0, "chat": {"id": i % 50, "type": "private"}, "text": "warm"}})
-            async with session.post(url, data=body, headers={"X-Telegram-Bot-Api-Secret-Token": secret, "Content-Type": "application/json"}) as r:
+            body = json.dumps(
+                {
+                    "update_id": 10_000_000 + i,
+                    "message": {
+                        "message_id": i,
+                        "date": 0,
+                        "chat": {"id": i % 50, "type": "private"},
+                        "text": "warm",
+                    },
+                }
+            )
+            async with session.post(
+                url,
+                data=body,
+                headers={
+                    "X-Telegram-Bot-Api-Secret-Token": secret,
+                    "Content-Type": "application/json",
+                },
+            ) as r:
                 await r.read()
 
-        async def one(i: int, scheduled: float) -> None:
-            nonlocal errors
-            body = json.dumps(
+        headers = {"X-Telegram-Bot-Api-Secret-Token": secret, "Content-Type": "application/json"}
+        bodies = [
+            json.dumps(
                 {
                     "update_id": i,
                     "message": {
@@ -42,13 +59,14 @@ async def main(url: str, rate: float, seconds: float, secret: str) -> None:
                         "text": f"/techpost load {i}",
                     },
                 }
-            )
+            ).encode()
+            for i in range(total)
+        ]
+
+        async def one(i: int, scheduled: float) -> None:
+            nonlocal errors
             try:
-                async with session.post(
-                    url,
-                    data=body,
-                    headers={"X-Telegram-Bot-Api-Secret-Token": secret, "Content-Type": "application/json"},
-                ) as resp:
+                async with session.post(url, data=bodies[i], headers=headers) as resp:
                     await resp.read()
                     if resp.status != 200:
                         errors += 1

@@ -22,7 +22,11 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return float(statistics.quantiles(ordered, n=1000, method="inclusive")[int(q * 10) - 1]) if len(ordered) > 1 else ordered[0]
+    return (
+        float(statistics.quantiles(ordered, n=1000, method="inclusive")[int(q * 10) - 1])
+        if len(ordered) > 1
+        else ordered[0]
+    )
 
 
 def write_section(name: str, markdown: str) -> None:

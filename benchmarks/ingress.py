@@ -58,15 +58,31 @@ def run_target(kind: str, store_url: str | None, rate: float, seconds: float) ->
     try:
         _wait_up(port)
         out = subprocess.run(
-            [sys.executable, str(HERE / "_load.py"), f"http://127.0.0.1:{port}/webhook", str(rate), str(seconds), SECRET],
-            env=env, cwd=ROOT, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                str(HERE / "_load.py"),
+                f"http://127.0.0.1:{port}/webhook",
+                str(rate),
+                str(seconds),
+                SECRET,
+            ],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     finally:
         server.terminate()
         server.wait(timeout=30)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     lat = data["latencies_ms"]
-    return {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "errors": data["errors"], "sent": data["sent"]}
+    return {
+        "p50": percentile(lat, 50),
+        "p99": percentile(lat, 99),
+        "errors": data["errors"],
+        "sent": data["sent"],
+    }
 
 
 async def middleware_ratio(n: int = 3000, rounds: int = 5) -> tuple[float, float, float]:
@@ -91,7 +107,15 @@ async def middleware_ratio(n: int = 3000, rounds: int = 5) -> tuple[float, float
     def updates() -> list[Update]:
         return [
             Update.model_validate(
-                {"update_id": next(ids), "message": {"message_id": 1, "date": 1761025920, "chat": {"id": 1, "type": "private"}, "text": "hi"}},
+                {
+                    "update_id": next(ids),
+                    "message": {
+                        "message_id": 1,
+                        "date": 1761025920,
+                        "chat": {"id": 1, "type": "private"},
+                        "text": "hi",
+                    },
+                },
                 context={"bot": bot},
             )
             for _ in range(n)
@@ -126,17 +150,23 @@ def redis_has_inbox(url: str) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--redis-url", default=os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="idem-bench-")
     targets: list[tuple[str, str, str | None]] = [
         ("bare aiohttp (200, no work)", "bare", None),
         ("WebhookIngress + SQLite", "ingress", f"sqlite:///{tmp}/bench.db"),
     ]
-    redis_url = f"{args.redis_url}{'&' if '?' in args.redis_url else '?'}key_prefix=bench{os.getpid()}"
+    redis_url = (
+        f"{args.redis_url}{'&' if '?' in args.redis_url else '?'}key_prefix=bench{os.getpid()}"
+    )
     if redis_has_inbox(redis_url):
         targets.append(("WebhookIngress + Redis", "ingress", redis_url))
     results = {}

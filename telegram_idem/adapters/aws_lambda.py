@@ -1,0 +1,472 @@
+"""AWS Lambda ingress: claim the update, answer ``200`` at once, process it in an
+asynchronous self-invocation (``InvocationType="Event"``) — seeds/000's layers 1 and 2.
+
+Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
+``setWebhook``; design.md §1): a Lambda that runs a 45–60 s pipeline before answering is
+re-sent the update and runs it again. :class:`LambdaOffload` answers in milliseconds::
+
+    offload = LambdaOffload(Idem("dynamodb://idem?region=eu-west-1"), process,
+                            bot_id=bot_id_from_token(TOKEN), secret_token=SECRET)
+    handler = offload.handler          # the Lambda entry point: handler(event, context)
+
+The function receives two kinds of events:
+
+**A webhook request** (Lambda Function URL or API Gateway HTTP API, payload format 2.0):
+
+| request                                          | answer                                 |
+|--------------------------------------------------|----------------------------------------|
+| not ``POST``                                     | 405                                    |
+| ``X-Telegram-Bot-Api-Secret-Token`` wrong/absent | 401 (compared in constant time)        |
+| body over ``max_body`` bytes                     | 413                                    |
+| not JSON / no integer ``update_id`` / bad base64 | 400                                    |
+| duplicate (claimed before, in progress or done)  | 200, nothing invoked                   |
+| new update                                       | 200 once the worker invocation queued  |
+| ``invoke`` denied (``AccessDeniedException``)    | processed inline under the guard: 200, |
+|                                                  | or 500 if it raised (claim released)   |
+| ``invoke`` failed otherwise (throttled, timeout) | 503, claim released: Telegram re-sends |
+| store outage, ``fail_closed`` (default)          | 503: Telegram re-sends later           |
+| store outage, ``fail_open``                      | 200, worker processes unguarded        |
+| unknown update type (Bot API "Update")           | 200, worker processes it unguarded     |
+
+**A worker event**, the payload of the self-invocation (seeds/000's shape, plus the
+claim hand-over)::
+
+    {"is_async_worker": true, "update_data": {...update...}, "bot_id": 7000000001,
+     "claim": {"key": "idem:7000000001:u:734519002", "token": 1}}
+
+*The claim hand-over.* The webhook invocation claimed the update guard key (fencing token
+``t``) and still holds its lease when the worker starts, so the worker cannot simply claim
+again. It hands the lease over: ``release(key, t)`` — token-checked, so it ends the lease
+only if ``t`` still holds the key — then an ordinary claim, which takes over with token
+``t + 1`` and runs ``process`` under the guard (bound update, heartbeat, completion with its
+own token). The worker then answers by the claim's outcome:
+
+| claim outcome                                    | worker                                  |
+|--------------------------------------------------|-----------------------------------------|
+| acquired                                         | runs ``process``; ``processed``         |
+| replay (someone completed the update)            | ``skipped``                             |
+| in progress (another holder's lease is alive)    | raises :class:`InProgressError`         |
+| ``process`` raised                               | releases the claim and re-raises        |
+
+Raising makes Lambda retry the async event (by default twice, about 1 and 3 minutes
+later), so in every ordering one run completes and no two runs overlap:
+
+* the same event delivered twice (Lambda's async queue is at-least-once), even at the same
+  time: both release (the second is a no-op), exactly one claim acquires; the other fails
+  with ``InProgressError`` and its retry finds the completed record: ``skipped``;
+* another holder took the key over meanwhile (``t`` expired and a re-delivery claimed
+  ``t + 1``): the release does nothing; the worker skips once that holder completed, or
+  fails and retries while it runs;
+* the holder died (the function timeout killed the first attempt of this very event): its
+  lease ends ``lease`` seconds after its last heartbeat and a retry takes over. Keep
+  ``Idem(lease=...)`` under Lambda's first retry delay (the default 60 s is borderline;
+  30 s is safe) — a retry that still finds the dead lease fails again and waits for the
+  next one, and after the last retry the event goes to the on-failure destination;
+* ``process`` raised: its claim is released, so the retry runs it again. Configure an
+  on-failure destination (or DLQ) for what still fails.
+
+A worker event without ``claim`` (seeds/000's original shape) claims normally. Worker
+events are trusted: only principals allowed ``lambda:InvokeFunction`` can send them; a
+Function URL request is never mistaken for one (its top level has ``requestContext``).
+
+The function name comes from ``function_name``, else the context's
+``invoked_function_arn`` (the same alias or version), else ``function_name``. The
+function's role needs ``lambda:InvokeFunction`` on itself; without it every update is
+processed inline (the fallback of seeds/000), which brings Telegram's timeout back for
+slow pipelines — guarded, so a re-sent update is answered ``200`` as a duplicate while the
+first run holds its lease (kept alive by the heartbeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import importlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from telegram_idem.context import bind_update
+from telegram_idem.errors import (
+    ConfigurationError,
+    InProgressError,
+    MalformedUpdateError,
+    StoreError,
+)
+from telegram_idem.guard import Idem
+from telegram_idem.records import Claim, Outcome
+from telegram_idem.updates import KNOWN_UPDATE_TYPES, validate_update
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "INLINE_FALLBACK_ERRORS",
+    "SECRET_HEADER",
+    "WORKER_FLAG",
+    "LambdaOffload",
+    "Process",
+]
+
+log = logging.getLogger("telegram_idem.aws_lambda")
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+"""Header carrying ``setWebhook``'s ``secret_token`` (Bot API, ``setWebhook``). Function
+URLs and HTTP APIs (payload 2.0) deliver header names in lower case; any case is read."""
+DEFAULT_MAX_BODY = 1024 * 1024
+"""1 MiB: far above any real update, small enough to refuse abuse."""
+WORKER_FLAG = "is_async_worker"
+"""Top-level key marking a worker event (seeds/000's name)."""
+INLINE_FALLBACK_ERRORS = frozenset({"AccessDeniedException", "RequestEntityTooLargeException"})
+"""``invoke`` error codes that will not go away by retrying: process inline instead.
+``AccessDeniedException``: the role lacks ``lambda:InvokeFunction``;
+``RequestEntityTooLargeException``: the payload exceeds the async invocation limit."""
+
+Process = Callable[[dict[str, Any]], Awaitable[object]]
+"""Processes one update (a Bot API dict), with the update bound: feed your dispatcher.
+It must not claim the update guard again (aiogram: ``dp.feed_raw_update(bot, update,
+idem_unguarded=True)``; PTB: ``app.process_update(Update.de_json(update, app.bot))`` with
+no guard installed)."""
+
+# Same rule as Bot API ``setWebhook`` secret_token (webhook_checks needs aiohttp, which a
+# Lambda package need not ship, hence not imported from there).
+_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+StorePolicy = Literal["fail_closed", "fail_open"]
+
+
+def _answer(status: int, text: str) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "text/plain; charset=utf-8"},
+        "body": text,
+    }
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore ``ClientError`` (the service answered), else None."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, Mapping):
+        error = response.get("Error")
+        if isinstance(error, Mapping) and error.get("Code"):
+            return str(error["Code"])
+    return None
+
+
+class LambdaOffload:
+    """Webhook ingress and async worker in one Lambda function (see the module doc).
+
+    Args:
+        idem: the guard; on Lambda use a shared store (DynamoDB, Redis, Postgres): each
+            invocation may run in a different container.
+        process: ``async (update: dict) -> object``; runs in the worker (or inline) with
+            the update bound, so ``@idempotent`` handlers and steps work.
+        bot_id: the bot's id (the number before ``:`` in its token).
+        function_name: the function to invoke (default: from the Lambda context).
+        lambda_client: a boto3 Lambda client (default ``boto3.client("lambda")``, made on
+            first use). Calls run in a thread (``asyncio.to_thread``).
+        secret_token: ``setWebhook``'s ``secret_token`` to require, or ``None``.
+        max_body: largest body accepted, bytes (after base64 decoding).
+        on_store_error: ``"fail_closed"`` answers 503 on a store outage (Telegram re-sends
+            later); ``"fail_open"`` processes the update unguarded.
+        offload_when: ``(update) -> bool``; ``False`` processes that update inline in the
+            webhook invocation (for quick ones). Default: offload every update.
+
+    Raises:
+        ConfigurationError: a malformed ``secret_token``.
+    """
+
+    def __init__(
+        self,
+        idem: Idem,
+        process: Process,
+        *,
+        bot_id: int,
+        function_name: str | None = None,
+        lambda_client: Any = None,
+        secret_token: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        on_store_error: StorePolicy = "fail_closed",
+        offload_when: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        if secret_token is not None and not _SECRET.match(secret_token):
+            raise ConfigurationError("a webhook secret token is 1-256 chars of A-Z a-z 0-9 _ -")
+        self.idem = idem
+        self.process = process
+        self.bot_id = bot_id
+        self.function_name = function_name
+        self.secret_token = secret_token
+        self.max_body = max_body
+        self.on_store_error: StorePolicy = on_store_error
+        self.offload_when = offload_when
+        self._client: Any = lambda_client
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ entry points
+
+    def handler(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        """The synchronous Lambda entry point: runs :meth:`handle` to completion.
+
+        One event loop is kept for the container's life (not ``asyncio.run`` per
+        invocation): store clients made in one warm invocation (aiobotocore, redis-py,
+        asyncpg) are tied to the loop that made them, and ``asyncio.run`` closes it.
+        """
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self.handle(event, context))
+
+    def close(self) -> None:
+        """Close the event loop :meth:`handler` keeps (tests, or a shutdown hook). The
+        :class:`Idem` is the caller's to close. Idempotent."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()
+        self._loop = None
+
+    async def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        """Answer a webhook request or run a worker event (see the module doc).
+
+        Args:
+            event: the Lambda event (Function URL / HTTP API 2.0 request, or worker event).
+            context: the Lambda context (``invoked_function_arn``, ``function_name``).
+
+        Returns:
+            ``{"statusCode": int, "headers": {...}, "body": str}``. For worker events the
+            body says ``processed``, ``skipped`` or why the event was refused (400).
+
+        Raises:
+            ConfigurationError: no function name (neither given nor in ``context``).
+            StoreError: worker only — the store could not answer before ``process``
+                ran; Lambda retries the async event.
+            InProgressError: worker only — another holder's lease is alive; Lambda
+                retries the async event (the module doc says why).
+            Exception: worker only — whatever ``process`` raised (claim released first);
+                Lambda retries the async event.
+        """
+        if event.get(WORKER_FLAG) is True and "requestContext" not in event:
+            return await self._work(event)
+        return await self._ingress(event, context)
+
+    # ---------------------------------------------------------------- ingress
+
+    def _read(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The update the request carries. Raises :class:`_Refused` with the answer."""
+        request = event.get("requestContext")
+        http = request.get("http") if isinstance(request, Mapping) else None
+        method = http.get("method") if isinstance(http, Mapping) else None
+        if isinstance(method, str) and method.upper() != "POST":
+            raise _Refused(405, "POST only")
+        if self.secret_token is not None:
+            headers = event.get("headers")
+            if not isinstance(headers, Mapping):
+                headers = {}
+            given = next(
+                (str(v) for k, v in headers.items() if str(k).lower() == SECRET_HEADER.lower()),
+                "",
+            )
+            if not hmac.compare_digest(given.encode(), self.secret_token.encode()):
+                raise _Refused(401, "wrong or missing secret token")
+        body = event.get("body") or ""
+        if event.get("isBase64Encoded"):
+            if len(body) > (self.max_body + 2) // 3 * 4 + 4:
+                raise _Refused(413, "body too large")
+            try:
+                raw = base64.b64decode(body, validate=True)
+            except (binascii.Error, ValueError):
+                raise _Refused(400, "body is not valid base64") from None
+        else:
+            raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else b""
+        if len(raw) > self.max_body:
+            raise _Refused(413, "body too large")
+        try:
+            obj = json.loads(raw)
+        except ValueError:  # includes UnicodeDecodeError
+            raise _Refused(400, "body is not JSON") from None
+        try:
+            return validate_update(obj)
+        except MalformedUpdateError as exc:
+            raise _Refused(400, str(exc)) from None
+
+    async def _ingress(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        try:
+            update = self._read(event)
+        except _Refused as refused:
+            return _answer(refused.status, refused.text)
+        uid = update["update_id"]
+        function = self._function(context)
+        if not any(kind in update for kind in KNOWN_UPDATE_TYPES):
+            return await self._hand_off(update, None, function)
+        try:
+            claim = await self.idem.claim_update(update, bot_id=self.bot_id)
+        except StoreError as exc:
+            if self.on_store_error == "fail_closed":
+                log.warning("store outage: update %s refused with 503 (%s)", uid, exc)
+                return _answer(503, "store unavailable")
+            log.error("store outage: update %s processed unguarded (fail_open)", uid)
+            return await self._hand_off(update, None, function)
+        if claim.outcome is not Outcome.ACQUIRED:
+            return _answer(200, "duplicate")
+        return await self._hand_off(update, claim, function)
+
+    def _function(self, context: Any) -> str:
+        name = (
+            self.function_name
+            or getattr(context, "invoked_function_arn", None)
+            or getattr(context, "function_name", None)
+        )
+        if not name:
+            raise ConfigurationError(
+                "no function to invoke: pass function_name= or run inside Lambda"
+            )
+        return str(name)
+
+    def _lambda(self) -> Any:
+        if self._client is None:
+            self._client = importlib.import_module("boto3").client("lambda")
+        return self._client
+
+    async def _hand_off(
+        self, update: dict[str, Any], claim: Claim | None, function: str
+    ) -> dict[str, Any]:
+        uid = update["update_id"]
+        if self.offload_when is not None and not self.offload_when(update):
+            return await self._inline(update, claim)
+        payload: dict[str, Any] = {WORKER_FLAG: True, "update_data": update, "bot_id": self.bot_id}
+        if claim is None:
+            payload["unguarded"] = True
+        else:
+            payload["claim"] = {"key": claim.record.key, "token": claim.token}
+        try:
+            response = await asyncio.to_thread(
+                self._lambda().invoke,
+                FunctionName=function,
+                InvocationType="Event",
+                Payload=json.dumps(payload, ensure_ascii=False).encode("utf-8"),
+            )
+        except Exception as exc:
+            code = _error_code(exc)
+            if code in INLINE_FALLBACK_ERRORS:
+                log.warning("invoke refused (%s): update %s processed inline", code, uid)
+                return await self._inline(update, claim)
+            # Refused (nothing queued) or no answer (maybe queued): either way release,
+            # so Telegram's re-send can claim anew. A worker that was queued after all
+            # only releases with its own token (now stale) and then claims like anyone:
+            # it skips or defers to the re-send's holder, so the update still runs once.
+            log.error(
+                "invoke failed (%s): update %s answered 503",
+                code or type(exc).__name__,
+                uid,
+                exc_info=None if code else exc,
+            )
+            await self._release(claim)
+            return _answer(503, "could not queue the update")
+        status = response.get("StatusCode") if isinstance(response, Mapping) else None
+        if status not in (200, 202):
+            log.error("invoke answered %s: update %s answered 503", status, uid)
+            await self._release(claim)
+            return _answer(503, "could not queue the update")
+        return _answer(200, "queued")
+
+    async def _release(self, claim: Claim | None) -> None:
+        if claim is None:
+            return
+        try:
+            await self.idem.store.release(claim.record.key, claim.token)
+        except StoreError:
+            log.warning("could not release %s; it frees when its lease ends", claim.record.key)
+
+    async def _inline(self, update: dict[str, Any], claim: Claim | None) -> dict[str, Any]:
+        uid = update["update_id"]
+        ran = False
+
+        async def call() -> object:
+            nonlocal ran
+            result = await self.process(update)
+            ran = True
+            return result
+
+        try:
+            if claim is None:
+                with bind_update(update, bot_id=self.bot_id, idem=self.idem):
+                    await call()
+            else:
+                await self.idem.process_update(update, call, bot_id=self.bot_id, claim=claim)
+        except Exception:
+            if ran:
+                log.exception("update %s processed but its completion was not stored", uid)
+                return _answer(200, "processed")
+            log.exception("update %s failed inline; answered 500 so Telegram re-sends", uid)
+            return _answer(500, "update failed")
+        return _answer(200, "processed")
+
+    # ----------------------------------------------------------------- worker
+
+    async def _work(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            update = validate_update(event.get("update_data"))
+        except MalformedUpdateError as exc:
+            log.error("worker event refused: %s", exc)
+            return _answer(400, f"bad worker event: {exc}")
+        uid = update["update_id"]
+        if event.get("bot_id", self.bot_id) != self.bot_id:
+            log.error("worker event for bot %s refused by bot %s", event["bot_id"], self.bot_id)
+            return _answer(400, "bad worker event: another bot's update")
+        ran = False
+
+        async def call() -> object:
+            nonlocal ran
+            result = await self.process(update)
+            ran = True
+            return result
+
+        if event.get("unguarded") is True:
+            with bind_update(update, bot_id=self.bot_id, idem=self.idem):
+                await call()
+            return _answer(200, "processed")
+        handover = event.get("claim")
+        if handover is not None:
+            key = handover.get("key") if isinstance(handover, Mapping) else None
+            token = handover.get("token") if isinstance(handover, Mapping) else None
+            if (
+                key != self.idem.keys.update(self.bot_id, uid)
+                or not isinstance(token, int)
+                or isinstance(token, bool)
+            ):
+                log.error("worker event for update %s has a bad claim %r", uid, handover)
+                return _answer(400, "bad worker event: claim does not match the update")
+            # End the webhook invocation's lease, only if its token still holds the key.
+            await self.idem.store.release(key, token)
+        claim = await self.idem.claim_update(update, bot_id=self.bot_id)
+        if claim.outcome is Outcome.IN_PROGRESS:
+            # Another holder runs it. If that holder is dead (e.g. this event's own first
+            # attempt, killed by the function timeout), only a retry of this event will
+            # ever run the update: fail, so Lambda retries after its lease has ended.
+            raise InProgressError(
+                f"update {uid} is being processed by another holder; retry later",
+                key=claim.record.key,
+                record=claim.record,
+            )
+        if claim.outcome is not Outcome.ACQUIRED:
+            log.info("worker skipped update %s: already processed (%s)", uid, claim.outcome)
+            return _answer(200, "skipped")
+        try:
+            await self.idem.process_update(update, call, bot_id=self.bot_id, claim=claim)
+        except Exception:
+            if not ran:
+                raise  # claim released: Lambda's retry of this event runs it again
+            # Raising now would make Lambda retry and run the update a second time.
+            log.exception(
+                "update %s processed but its completion was not stored; a re-delivery after "
+                "the lease (%s s) would run it again",
+                uid,
+                self.idem.lease,
+            )
+        return _answer(200, "processed")

@@ -1,0 +1,580 @@
+"""The python-telegram-bot adapter with a real ``Application`` talking to FakeBotAPI.
+
+Updates are the shipped payloads, made into ``telegram.Update`` with ``Update.de_json`` and
+fed the two ways PTB receives them: through ``application.update_queue`` (what
+``run_polling`` / ``run_webhook`` do, so the update processor runs) and through
+``application.process_update`` (handlers only). Both guard installations are exercised:
+``"processor"`` (:class:`IdempotentUpdateProcessor`) and ``"group"``
+(:func:`install_update_guard`, handler group -1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import logging
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telegram import Update
+from telegram.ext import (
+    Application,
+    ApplicationBuilder,
+    CallbackContext,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    TypeHandler,
+)
+
+from telegram_idem import Idem, Status, StoreError, current_update
+from telegram_idem.adapters.ptb import (
+    IdempotentUpdateProcessor,
+    idem_of,
+    idempotent,
+    install_update_guard,
+    update_to_dict,
+)
+from telegram_idem.errors import ConfigurationError
+from telegram_idem.keys import render_template
+from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.delivery import fixture_names, load_fixture, make_double_tap
+
+TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
+BOT = 7000000001
+CHAT = 5550001001
+
+App = Application[Any, Any, Any, Any, Any, Any]
+Ctx = ContextTypes.DEFAULT_TYPE
+
+MODES = ["processor", "group"]
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeBotAPI]:
+    async with FakeBotAPI() as fake:
+        yield fake
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def idem(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Idem]:
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'idem.db'}"
+    guard = Idem(url)
+    yield guard
+    await guard.close()
+
+
+@pytest.fixture
+async def broken_idem(tmp_path: Path) -> AsyncIterator[Idem]:
+    """A store that cannot answer: SQLite cannot open a directory as its database."""
+    guard = Idem("sqlite:///" + str(tmp_path))
+    yield guard
+    await guard.close()
+
+
+def build(api: FakeBotAPI, idem: Idem, mode: str, *, concurrency: int = 1, **options: Any) -> App:
+    """An application against FakeBotAPI with the guard installed the ``mode`` way."""
+    builder = (
+        ApplicationBuilder()
+        .token(TOKEN)
+        .base_url(api.ptb_base_url)
+        .base_file_url(f"{api.url}/file/bot")
+    )
+    if mode == "processor":
+        builder = builder.concurrent_updates(
+            IdempotentUpdateProcessor(idem, concurrency, **options)
+        )
+    else:
+        builder = builder.concurrent_updates(concurrency)
+    app: App = builder.build()
+    if mode == "group":
+        install_update_guard(app, idem, **options)
+    return app
+
+
+@asynccontextmanager
+async def running(app: App) -> AsyncIterator[App]:
+    """Initialised (getMe on FakeBotAPI) and started (the update fetcher runs)."""
+    await app.initialize()
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+        await app.shutdown()
+
+
+async def feed(app: App, *payloads: dict[str, Any]) -> None:
+    """Queue the updates as the PTB updater does and wait until all are processed."""
+    for payload in payloads:
+        await app.update_queue.put(Update.de_json(copy.deepcopy(payload), app.bot))
+    await app.update_queue.join()
+
+
+def another_update(update: dict[str, Any], update_id: int) -> dict[str, Any]:
+    """The same payload under another update_id (e.g. re-sent after a restart)."""
+    copied = copy.deepcopy(update)
+    copied["update_id"] = update_id
+    return copied
+
+
+async def update_status(idem: Idem, update_id: int) -> Status | None:
+    record = await idem.store.get(idem.keys.update(BOT, update_id))
+    return None if record is None else record.status
+
+
+# ------------------------------------------------------------------ conversion
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_update_to_dict_is_the_bot_api_json(name: str) -> None:
+    raw = load_fixture(name)
+    assert update_to_dict(Update.de_json(copy.deepcopy(raw), None)) == raw
+
+
+def test_templates_render_against_ptb_updates() -> None:
+    update = update_to_dict(Update.de_json(load_fixture("callback_delete"), None))
+    template = "approve:{callback_query.message.message_id}:{callback_query.from.id}"
+    assert render_template(template, update, bot_id=BOT) == f"approve:4130:{CHAT}"
+    assert (
+        render_template("del:{chat_id}:{message_id}:{callback_data}", update, bot_id=BOT)
+        == f"del:{CHAT}:4130:del:8f3a1b2c9d"
+    )
+
+
+# ----------------------------------------------------------------- update guard
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_sequential_duplicates_never_reach_the_handler(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    seen: list[int] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        assert update.message is not None
+        seen.append(update.message.message_id)
+
+    app = build(api, idem, mode)
+    app.add_handler(CommandHandler("techpost", techpost))
+    update = load_fixture("techpost_command")
+    async with running(app):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await feed(app, update, update, update)
+            gc.collect()
+    assert seen == [4121]
+    assert await update_status(idem, update["update_id"]) is Status.COMPLETED
+    # a duplicate's coroutine is closed, never left unawaited
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_twenty_concurrent_deliveries_run_the_handler_once(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    runs: list[str] = []
+
+    async def on_tap(update: Update, context: Ctx) -> None:
+        assert update.callback_query is not None
+        runs.append(update.callback_query.id)
+        await asyncio.sleep(0.01)  # let the other deliveries in while this one runs
+
+    app = build(api, idem, mode, concurrency=20)
+    app.add_handler(CallbackQueryHandler(on_tap))
+    update = load_fixture("callback_delete")
+    async with running(app):
+        await feed(app, *[update] * 20)
+    assert runs == ["4382910027364512345"]
+
+
+async def test_group_guard_with_process_update_directly(api: FakeBotAPI, idem: Idem) -> None:
+    """The group -1 handler also guards ``process_update`` calls (no processor involved)."""
+    runs: list[int] = []
+
+    async def handler(update: Update, context: Ctx) -> None:
+        runs.append(update.update_id)
+        await asyncio.sleep(0.01)
+
+    app = build(api, idem, "group")
+    app.add_handler(CommandHandler("techpost", handler))
+    await app.initialize()
+    try:
+        payload = load_fixture("techpost_command")
+        await asyncio.gather(
+            *(
+                app.process_update(Update.de_json(copy.deepcopy(payload), app.bot))
+                for _ in range(20)
+            )
+        )
+        await app.process_update(Update.de_json(payload, app.bot))
+    finally:
+        await app.shutdown()
+    assert runs == [734519001]
+
+
+async def test_failing_handler_releases_the_claim_so_a_redelivery_runs(
+    api: FakeBotAPI, idem: Idem
+) -> None:
+    attempts: list[int] = []
+    reported: list[BaseException | None] = []
+
+    async def flaky(update: Update, context: Ctx) -> None:
+        attempts.append(update.update_id)
+        if len(attempts) == 1:
+            raise ConnectionError("github 502")
+
+    async def on_error(update: object, context: Ctx) -> None:
+        reported.append(context.error)
+
+    app = build(api, idem, "processor")
+    app.add_handler(CommandHandler("techpost", flaky))
+    app.add_error_handler(on_error)
+    update = load_fixture("techpost_no_title")
+    async with running(app):
+        await feed(app, update)
+        record = await idem.store.get(idem.keys.update(BOT, update["update_id"]))
+        assert record is not None and record.status is Status.IN_PROGRESS  # released
+        await feed(app, update)  # Telegram re-sends: runs again
+        await feed(app, update)  # now a duplicate
+    assert len(attempts) == 2
+    assert [type(e) for e in reported] == [ConnectionError]  # user's error handler still ran
+    assert await update_status(idem, update["update_id"]) is Status.COMPLETED
+
+
+async def test_failing_handler_under_the_group_guard_is_not_retried(
+    api: FakeBotAPI, idem: Idem
+) -> None:
+    """Documented limit: the group -1 guard completes the claim before the handlers run."""
+    attempts: list[int] = []
+
+    async def flaky(update: Update, context: Ctx) -> None:
+        attempts.append(1)
+        raise ConnectionError("github 502")
+
+    async def on_error(update: object, context: Ctx) -> None:
+        pass
+
+    app = build(api, idem, "group")
+    app.add_handler(CommandHandler("techpost", flaky))
+    app.add_error_handler(on_error)
+    update = load_fixture("techpost_no_title")
+    async with running(app):
+        await feed(app, update, update)
+    assert attempts == [1]
+
+
+async def test_processor_logs_handler_errors_when_no_error_handler_is_registered(
+    api: FakeBotAPI, idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(update: Update, context: Ctx) -> None:
+        raise ValueError("boom")
+
+    app = build(api, idem, "processor")
+    app.add_handler(CommandHandler("techpost", broken))
+    with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
+        async with running(app):
+            await feed(app, load_fixture("techpost_command"))
+    assert any(r.exc_info and isinstance(r.exc_info[1], ValueError) for r in caplog.records)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_unknown_update_type_passes_through_unguarded(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    seen: list[Mapping[str, Any]] = []
+
+    async def anything(update: Update, context: Ctx) -> None:
+        seen.append(update.api_kwargs)
+
+    app = build(api, idem, mode)
+    app.add_handler(TypeHandler(Update, anything))
+    update = {"update_id": 1, "future_thing": {"id": "abc", "from": {"id": CHAT}}}
+    async with running(app):
+        await feed(app, update, update)
+    assert seen == [{"future_thing": {"id": "abc", "from": {"id": CHAT}}}] * 2
+    assert await idem.store.get(idem.keys.update(BOT, 1)) is None
+
+
+async def test_non_update_objects_pass_through_the_processor(api: FakeBotAPI, idem: Idem) -> None:
+    seen: list[object] = []
+
+    async def custom(update: object, context: Ctx) -> None:
+        seen.append(update)
+
+    app = build(api, idem, "processor")
+    app.add_handler(TypeHandler(dict, custom))
+    async with running(app):
+        await app.update_queue.put({"source": "payment-webhook"})
+        await app.update_queue.join()
+    assert seen == [{"source": "payment-webhook"}]
+
+
+# ------------------------------------------------------------- store outages
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_fail_closed_drops_the_update_and_reports_the_store_error(
+    api: FakeBotAPI, broken_idem: Idem, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: list[int] = []
+    reported: list[BaseException | None] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(1)
+
+    async def on_error(update: object, context: Ctx) -> None:
+        reported.append(context.error)
+
+    app = build(api, broken_idem, mode)
+    app.add_handler(CommandHandler("techpost", techpost))
+    app.add_error_handler(on_error)
+    with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
+        async with running(app):
+            await feed(app, load_fixture("techpost_command"))
+    assert runs == []
+    assert [type(e) for e in reported] == [StoreError]
+    assert any("fail_closed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_fail_open_processes_the_update_unguarded(
+    api: FakeBotAPI, broken_idem: Idem, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: list[int] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(1)
+
+    app = build(api, broken_idem, mode, on_store_error="fail_open")
+    app.add_handler(CommandHandler("techpost", techpost))
+    with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
+        async with running(app):
+            await feed(app, load_fixture("techpost_command"))
+    assert runs == [1]
+    assert any("fail_open" in r.getMessage() for r in caplog.records)
+
+
+# ----------------------------------------------------------------- action guard
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_double_tap_runs_the_action_once_and_answers_both_queries(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    deletions: list[str] = []
+
+    @idempotent(
+        key="approve:{callback_query.message.message_id}:{callback_query.from.id}",
+        in_progress="wait",
+    )
+    async def delete_post(update: Update, context: Ctx) -> str:
+        assert update.callback_query is not None
+        deletions.append(update.callback_query.id)
+        await asyncio.sleep(0.01)  # the second tap arrives while this runs
+        return "deleted"
+
+    results: list[str] = []
+
+    async def on_tap(update: Update, context: Ctx) -> None:
+        assert update.callback_query is not None
+        await update.callback_query.answer()  # every query, duplicates included
+        results.append(await delete_post(update, context))
+
+    app = build(api, idem, mode, concurrency=2)
+    app.add_handler(CallbackQueryHandler(on_tap, pattern="^del:"))
+    first = load_fixture("callback_delete")
+    second = make_double_tap(first)
+    async with running(app):
+        await feed(app, first, second)
+    assert deletions == ["4382910027364512345"]
+    assert results == ["deleted", "deleted"]
+    assert sorted(api.answered_callback_ids()) == sorted(
+        [first["callback_query"]["id"], second["callback_query"]["id"]]
+    )
+    record = await idem.store.get(idem.keys.action(BOT, f"approve:4130:{CHAT}"))
+    assert record is not None and record.status is Status.COMPLETED
+
+
+def title_generator() -> tuple[list[str], Callable[[], str]]:
+    made: list[str] = []
+
+    def generate() -> str:
+        made.append(f"웹훅 재시도 {len(made) + 1}")  # an LLM gives a new title every time
+        return made[-1]
+
+    return made, generate
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_techpost_without_title_delivered_five_times_runs_once(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    made, generate = title_generator()
+
+    @idempotent(key="techpost:{chat_id}:{message_id}")
+    async def techpost(update: Update, context: Ctx) -> str:
+        assert update.effective_chat is not None
+        title = generate()
+        await context.bot.send_message(update.effective_chat.id, f"✅ Published: {title}")
+        return title
+
+    app = build(api, idem, mode)
+    app.add_handler(CommandHandler("techpost", techpost))
+    update = load_fixture("techpost_no_title")
+    async with running(app):
+        await feed(app, *[update] * 5)
+    assert made == ["웹훅 재시도 1"]
+    assert [m.text for m in api.messages(CHAT)] == ["✅ Published: 웹훅 재시도 1"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_same_command_as_new_updates_replays_the_stored_title(
+    api: FakeBotAPI, idem: Idem, mode: str
+) -> None:
+    """Different update ids pass the update guard; the action key collapses them."""
+    made, generate = title_generator()
+    titles: list[str] = []
+
+    @idempotent(key="techpost:{chat_id}:{message_id}")
+    async def publish(update: Update, context: Ctx) -> str:
+        title = generate()
+        assert update.effective_chat is not None
+        await context.bot.send_message(update.effective_chat.id, f"✅ Published: {title}")
+        return title
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        titles.append(await publish(update, context))
+
+    app = build(api, idem, mode)
+    app.add_handler(CommandHandler("techpost", techpost))
+    update = load_fixture("techpost_no_title")
+    async with running(app):
+        await feed(app, *(another_update(update, 734519002 + n * 100) for n in range(5)))
+    assert made == ["웹훅 재시도 1"]
+    assert titles == ["웹훅 재시도 1"] * 5
+    assert len(api.calls_of("sendMessage")) == 1
+
+
+async def test_the_processor_binds_the_update_for_the_core_api(api: FakeBotAPI, idem: Idem) -> None:
+    got: dict[str, Any] = {}
+
+    async def handler(update: Update, context: Ctx) -> None:
+        bound = current_update()
+        got["update_id"], got["bot_id"] = bound.update["update_id"], bound.bot_id
+        got["idem"] = idem_of(context)
+        async with bound.idem.chat_lock() as lock:
+            got["lock"] = lock.record.key
+
+    app = build(api, idem, "processor")
+    app.add_handler(CommandHandler("draft", handler))
+    async with running(app):
+        await feed(app, load_fixture("group_command_with_botname"))
+    assert got == {
+        "update_id": 734519020,
+        "bot_id": BOT,
+        "idem": idem,
+        "lock": idem.keys.lock(BOT, "chat:-1001234567890"),
+    }
+
+
+async def test_idempotent_without_any_guard_installed_names_the_fix(api: FakeBotAPI) -> None:
+    errors: list[BaseException | None] = []
+
+    @idempotent(key="techpost:{chat_id}:{message_id}")
+    async def techpost(update: Update, context: Ctx) -> None:
+        raise AssertionError("must not run")
+
+    async def on_error(update: object, context: Ctx) -> None:
+        errors.append(context.error)
+
+    app: App = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+    app.add_handler(CommandHandler("techpost", techpost))
+    app.add_error_handler(on_error)
+    await app.initialize()
+    try:
+        await app.process_update(Update.de_json(load_fixture("techpost_command"), app.bot))
+    finally:
+        await app.shutdown()
+    assert len(errors) == 1 and isinstance(errors[0], ConfigurationError)
+    assert "install_update_guard" in str(errors[0])
+
+
+async def test_idempotent_finds_an_idem_put_in_bot_data(api: FakeBotAPI, idem: Idem) -> None:
+    runs: list[int] = []
+
+    @idempotent(key="techpost:{chat_id}:{message_id}")
+    async def techpost(update: Update, context: CallbackContext[Any, Any, Any, Any]) -> int:
+        runs.append(1)
+        return len(runs)
+
+    app: App = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+    app.bot_data["idem"] = idem
+    app.add_handler(CommandHandler("techpost", techpost))
+    await app.initialize()
+    try:
+        payload = load_fixture("techpost_command")
+        for n in range(3):
+            await app.process_update(Update.de_json(another_update(payload, 900 + n), app.bot))
+    finally:
+        await app.shutdown()
+    assert runs == [1]
+
+
+def test_idempotent_needs_an_async_callback() -> None:
+    def sync(update: Update, context: Ctx) -> None: ...
+
+    with pytest.raises(TypeError, match="async"):
+        idempotent(key="x")(sync)  # type: ignore[arg-type]
+
+
+async def test_processor_and_group_guard_together_still_run_each_update_once(
+    api: FakeBotAPI, idem: Idem
+) -> None:
+    """Installing both must not make the group guard drop the processor's own claim."""
+    runs: list[int] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(update.update_id)
+
+    app = build(api, idem, "processor")
+    install_update_guard(app, idem)
+    app.add_handler(CommandHandler("techpost", techpost))
+    update = load_fixture("techpost_command")
+    async with running(app):
+        await feed(app, update, update)
+    assert runs == [734519001]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_polling_redelivery_is_dropped(api: FakeBotAPI, idem: Idem, mode: str) -> None:
+    """``getUpdates`` through PTB's updater (what ``run_polling`` runs): an update that
+    comes back (e.g. a batch re-fetched after a restart) is not processed twice."""
+    runs: list[int] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(update.update_id)
+
+    app = build(api, idem, mode)
+    app.add_handler(CommandHandler("techpost", techpost))
+    update = load_fixture("techpost_command")
+    api.queue_update(update)
+    api.queue_update(update)
+    api.queue_update(load_fixture("techpost_no_title"))
+    async with running(app):
+        assert app.updater is not None
+        await app.updater.start_polling(poll_interval=0.02, timeout=0)
+        try:
+            for _ in range(200):
+                if len(api.calls_of("getUpdates")) >= 2 and app.update_queue.empty():
+                    break
+                await asyncio.sleep(0.01)
+            await app.update_queue.join()
+        finally:
+            await app.updater.stop()
+    assert runs == [734519001, 734519002]
