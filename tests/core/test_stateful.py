@@ -150,12 +150,18 @@ class StoreVersusModel(RuleBasedStateMachine):
             _same(self.run(self.store.get(key)), live)
 
 
-def test_store_agrees_with_the_reference_model(store_url_factory: UrlFactory) -> None:
+SLOW_STORES = {"dynamodb": 12}
+"""Examples per run for stores whose every request is an HTTP round trip to moto."""
+
+
+def test_store_agrees_with_the_reference_model(
+    store_url_factory: UrlFactory, store_name: str
+) -> None:
     class Machine(StoreVersusModel):
         url_factory = staticmethod(store_url_factory)  # type: ignore[assignment]
 
     Machine.TestCase.settings = settings(
-        max_examples=40,
+        max_examples=SLOW_STORES.get(store_name, 40),
         stateful_step_count=25,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
