@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Throwaway test services on loopback: a 3-master Redis Cluster and a moto (DynamoDB) server.
+
+Usage (CI)::
+
+    eval "$(.venv/bin/python scripts/services.py start --state /tmp/idem-services.json)"
+    …
+    .venv/bin/python scripts/services.py stop --state /tmp/idem-services.json
+
+``start`` prints shell ``export`` lines on stdout (progress goes to stderr):
+
+- ``IDEM_TEST_REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:P1``
+- ``IDEM_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT``
+
+and records what it started (pids, ports, the temporary directory) in the state file.
+``stop`` ends exactly those processes (checking each pid still runs the program it
+started) and removes the directory. A service whose program is missing
+(``redis-server``/``redis-cli``, ``moto_server``) is skipped with a note on stderr;
+``--only redis`` / ``--only moto`` start one of them.
+
+The functions (:func:`start_redis_cluster`, :func:`start_moto`, :func:`stop_services`)
+are importable, so the test suite can start a private cluster when CI has not.
+Exit status: 0 on success, 1 if a service failed to start (what did start is stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "Services",
+    "free_port",
+    "start_moto",
+    "start_redis_cluster",
+    "stop_services",
+]
+
+
+@dataclass
+class Services:
+    """What was started: enough for :func:`stop_services` to undo it.
+
+    Attributes:
+        dir: temporary directory holding configs, logs and node files.
+        redis_ports: the cluster's master ports (empty if not started).
+        redis_pids: their process ids.
+        moto_port: the moto server's port, or 0.
+        moto_pid: its process id, or 0.
+    """
+
+    dir: str
+    redis_ports: list[int] = field(default_factory=list)
+    redis_pids: list[int] = field(default_factory=list)
+    moto_port: int = 0
+    moto_pid: int = 0
+
+    @property
+    def redis_cluster_url(self) -> str:
+        """``redis+cluster://127.0.0.1:P1`` (empty if no cluster was started)."""
+        return f"redis+cluster://127.0.0.1:{self.redis_ports[0]}" if self.redis_ports else ""
+
+    @property
+    def dynamodb_endpoint(self) -> str:
+        """``http://127.0.0.1:PORT`` (empty if moto was not started)."""
+        return f"http://127.0.0.1:{self.moto_port}" if self.moto_port else ""
+
+    def exports(self) -> str:
+        """Shell ``export`` lines for the started services."""
+        lines = []
+        if self.redis_ports:
+            lines.append(f"export IDEM_TEST_REDIS_CLUSTER_URL={self.redis_cluster_url}")
+        if self.moto_port:
+            lines.append(f"export IDEM_TEST_DYNAMODB_ENDPOINT={self.dynamodb_endpoint}")
+        return "\n".join(lines)
+
+
+class ServiceError(RuntimeError):
+    """A service did not come up (the message says which and where its log is)."""
+
+
+def _log(message: str) -> None:
+    print(f"services: {message}", file=sys.stderr, flush=True)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, with_bus: bool = False) -> int:
+    """A TCP port free on 127.0.0.1 right now.
+
+    Args:
+        with_bus: also require ``port + 10000`` free (a cluster node's bus port).
+
+    Raises:
+        ServiceError: none found after many tries.
+    """
+    for _ in range(200):
+        port = random.randint(20000, 55000) if with_bus else _ephemeral()
+        if _port_free(port) and (not with_bus or _port_free(port + 10000)):
+            return port
+    raise ServiceError("no free loopback port found")
+
+
+def _ephemeral() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _program(name: str) -> str | None:
+    """``name`` next to this Python (a venv's bin) or on PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    return shutil.which(name)
+
+
+def _redis_cli(port: int, *args: str, timeout: float = 10.0) -> str:
+    cli = _program("redis-cli") or "redis-cli"
+    out = subprocess.run(
+        [cli, "-h", "127.0.0.1", "-p", str(port), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return out.stdout + out.stderr
+
+
+def _wait(what: str, ready: Callable[[], bool], timeout: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ready():
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(0.1)
+    where = f" (log: {log})" if log else ""
+    raise ServiceError(f"{what} not ready after {timeout:.0f} s{where}")
+
+
+def start_redis_server(directory: Path, port: int, *extra: str) -> int:
+    """Start one daemonized ``redis-server`` on 127.0.0.1:``port``; returns its pid.
+
+    No persistence (``--save ""``, ``--appendonly no``); files go to ``directory``.
+
+    Raises:
+        ServiceError: the program is missing or the server did not answer PING in 10 s.
+    """
+    server = _program("redis-server")
+    if server is None:
+        raise ServiceError("redis-server not found")
+    pidfile = directory / f"redis-{port}.pid"
+    logfile = directory / f"redis-{port}.log"
+    pidfile.unlink(missing_ok=True)
+    launched = subprocess.run(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--dir",
+            str(directory),
+            "--pidfile",
+            str(pidfile),
+            "--logfile",
+            str(logfile),
+            *extra,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    if launched.returncode != 0:
+        raise ServiceError(f"redis-server :{port} failed: {launched.stdout}{launched.stderr}")
+    _wait(f"redis-server :{port}", lambda: "PONG" in _redis_cli(port, "PING"), 10, logfile)
+    _wait(f"redis-server :{port} pidfile", pidfile.exists, 5, logfile)
+    return int(pidfile.read_text().strip())
+
+
+def start_redis_cluster(services: Services, masters: int = 3) -> None:
+    """Start a ``masters``-node Redis Cluster (no replicas) into ``services``.
+
+    Waits until every node reports ``cluster_state:ok``. Pids and ports are recorded
+    in ``services`` as each node starts, so a failure part way can still be stopped.
+
+    Raises:
+        ServiceError: a program is missing, a node or the cluster did not come up.
+    """
+    if _program("redis-cli") is None:
+        raise ServiceError("redis-cli not found")
+    directory = Path(services.dir)
+    for _ in range(masters):
+        port = free_port(with_bus=True)
+        pid = start_redis_server(
+            directory,
+            port,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            str(directory / f"nodes-{port}.conf"),
+            "--cluster-node-timeout",
+            "5000",
+        )
+        services.redis_ports.append(port)
+        services.redis_pids.append(pid)
+    nodes = [f"127.0.0.1:{p}" for p in services.redis_ports]
+    cli = _program("redis-cli") or "redis-cli"
+    created = subprocess.run(
+        [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if created.returncode != 0:
+        raise ServiceError(f"redis-cli --cluster create failed: {created.stdout}{created.stderr}")
+
+    def all_ok() -> bool:
+        return all(
+            "cluster_state:ok" in _redis_cli(p, "CLUSTER", "INFO") for p in services.redis_ports
+        )
+
+    _wait("redis cluster", all_ok, 30)
+    _log(f"redis cluster up on {', '.join(nodes)}")
+
+
+def start_moto(services: Services) -> None:
+    """Start ``moto_server`` on a free loopback port into ``services``; waits for HTTP.
+
+    Raises:
+        ServiceError: the program is missing or it did not answer in 30 s.
+    """
+    program = _program("moto_server")
+    if program is None:
+        raise ServiceError("moto_server not found")
+    port = free_port()
+    log_path = Path(services.dir) / "moto.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [program, "-H", "127.0.0.1", "-p", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    services.moto_port, services.moto_pid = port, proc.pid
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise ServiceError(f"moto_server exited with {proc.returncode} (log: {log_path})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1):
+                return True
+        except urllib.error.HTTPError:
+            return True  # any HTTP answer means it serves
+        except (urllib.error.URLError, OSError):
+            return False
+
+    _wait("moto_server", answers, 30, log_path)
+    _log(f"moto server up on http://127.0.0.1:{port}")
+
+
+def _runs(pid: int, program: str) -> bool:
+    """True if ``pid`` is alive and its command line mentions ``program``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True  # no /proc (macOS): trust the recorded pid
+    return program.encode() in cmdline
+
+
+def _end(pid: int, program: str, timeout: float = 10.0) -> None:
+    if pid <= 0 or not _runs(pid, program):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _runs(pid, program):
+            return
+        try:  # reap it if it is our child (moto started by this process)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop_services(services: Services) -> None:
+    """End the processes recorded in ``services`` (by pid) and remove its directory."""
+    for pid in services.redis_pids:
+        _end(pid, "redis-server")
+    _end(services.moto_pid, "moto_server")
+    shutil.rmtree(services.dir, ignore_errors=True)
+
+
+def start(only: str | None = None) -> Services:
+    """Start the requested services (``None`` = all whose programs exist).
+
+    Raises:
+        ServiceError: a service failed to start; what had started is stopped first.
+    """
+    services = Services(dir=tempfile.mkdtemp(prefix="idem-services-"))
+    try:
+        if only in (None, "redis"):
+            if _program("redis-server") and _program("redis-cli"):
+                start_redis_cluster(services)
+            else:
+                _log("redis-server/redis-cli not found: no Redis Cluster")
+        if only in (None, "moto"):
+            if _program("moto_server"):
+                start_moto(services)
+            else:
+                _log("moto_server not found: no DynamoDB endpoint")
+    except BaseException:
+        stop_services(services)
+        raise
+    return services
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_start = sub.add_parser("start", help="start services, print export lines")
+    p_start.add_argument("--state", required=True, help="file recording what was started")
+    p_start.add_argument("--only", choices=["redis", "moto"], help="start just one service")
+    p_stop = sub.add_parser("stop", help="stop what 'start' recorded in --state")
+    p_stop.add_argument("--state", required=True)
+    args = parser.parse_args(argv)
+    state = Path(args.state)
+    if args.command == "start":
+        try:
+            services = start(args.only)
+        except ServiceError as exc:
+            _log(f"failed: {exc}")
+            return 1
+        state.write_text(json.dumps(asdict(services), indent=2))
+        print(services.exports())
+        return 0
+    if not state.exists():
+        _log(f"no state file {state}: nothing to stop")
+        return 0
+    stop_services(Services(**json.loads(state.read_text())))
+    state.unlink()
+    _log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
