@@ -1,13 +1,114 @@
-"""Placeholder: the postgres store's URL factory (replaced when the store lands)."""
+"""The PostgreSQL store's URL factory: a fresh table prefix per call, dropped at teardown.
+
+Each URL is ``POSTGRES_URL`` (tests/services.py) plus ``table_prefix=t<random hex>``; the
+table is made by :func:`telegram_idem.backends.postgres_schema.migrate` before the URL is
+handed out, and dropped when the test ends. The fixture is synchronous (the async
+``store_factory`` fixture calls it while its event loop runs), so the few async calls it
+needs run on a short-lived loop in a helper thread.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import secrets
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
-from services import service_missing
+from services import POSTGRES_URL, service_missing
+
+T = TypeVar("T")
+
+_reachable: dict[str, str | None] = {}  # base URL → None if reachable, else the reason
+
+
+def run_sync(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
+    """Run ``coro_fn()`` to completion on a new event loop in a helper thread.
+
+    Works whether or not the calling thread is running an event loop.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro_fn())
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="postgres-fixture", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"postgres fixture call took more than {timeout} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def postgres_reachable_or_missing(base: str = POSTGRES_URL) -> None:
+    """Skip (or fail under IDEM_REQUIRE_SERVICES=1) unless asyncpg can connect to ``base``."""
+    if base not in _reachable:
+        try:
+            import asyncpg
+        except ImportError:
+            _reachable[base] = "asyncpg is not installed (pip install 'telegram-idem[postgres]')"
+        else:
+
+            async def probe() -> None:
+                conn = await asyncpg.connect(base, timeout=3.0)
+                await conn.close()
+
+            try:
+                run_sync(probe, timeout=10.0)
+                _reachable[base] = None
+            except Exception as exc:
+                _reachable[base] = f"PostgreSQL at {_safe(base)} is unreachable: {exc!r}"
+    reason = _reachable[base]
+    if reason is not None:
+        service_missing(reason)
+
+
+def _safe(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+
+
+def with_option(url: str, option: str) -> str:
+    """``url`` with ``option`` (``name=value``) appended to its query."""
+    return f"{url}{'&' if urlsplit(url).query else '?'}{option}"
+
+
+async def drop_tables(base: str, prefixes: list[str]) -> None:
+    """Drop the tables of ``prefixes`` (if they exist)."""
+    import asyncpg
+
+    from telegram_idem.backends.postgres_schema import drop_ddl
+
+    conn = await asyncpg.connect(base, timeout=10.0)
+    try:
+        for prefix in prefixes:
+            for statement in drop_ddl(prefix):
+                await conn.execute(statement)
+    finally:
+        await conn.close()
 
 
 @pytest.fixture
-def postgres_url_factory() -> Callable[[], str]:
-    service_missing("the postgres store is not implemented yet")
+def postgres_url_factory() -> Iterator[Callable[[], str]]:
+    """A new, migrated, isolated PostgreSQL store URL per call (own table prefix)."""
+    postgres_reachable_or_missing()
+    from telegram_idem.backends.postgres_schema import migrate
+
+    prefixes: list[str] = []
+
+    def make() -> str:
+        prefix = f"t{secrets.token_hex(6)}"
+        prefixes.append(prefix)
+        run_sync(lambda: migrate(POSTGRES_URL, table_prefix=prefix))
+        return with_option(POSTGRES_URL, f"table_prefix={prefix}")
+
+    yield make
+    if prefixes:
+        run_sync(lambda: drop_tables(POSTGRES_URL, prefixes))

@@ -1,0 +1,63 @@
+"""The ``telegram-idem`` command (needs ``pip install 'telegram-idem[cli]'``).
+
+::
+
+    telegram-idem migrate STORE_URL
+
+``migrate`` creates what a store needs before its first use, idempotently: for
+``postgresql://…?table_prefix=…`` the records table and its index. Stores that create
+their own structures (``memory://``, ``sqlite:///…``) need nothing, and it says so.
+Exit status 0 on success, 1 on a bad URL or an unreachable store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from telegram_idem.backends import store_from_url
+from telegram_idem.errors import ConfigurationError, StoreError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(name="telegram-idem")
+@click.version_option(package_name="telegram-idem", prog_name="telegram-idem")
+def cli() -> None:
+    """Idempotency for Telegram bots: store administration."""
+
+
+async def _migrate(url: str) -> str:
+    store = store_from_url(url)
+    try:
+        migrate: Callable[[], Awaitable[Any]] | None = getattr(store, "migrate", None)
+        if migrate is None:
+            scheme = url.split(":", 1)[0]
+            return f"{scheme}:// creates its own storage on first use: nothing to migrate"
+        await migrate()
+        table = getattr(store, "table", None)
+        return f"migrated {store!r}" if table is None else f"ready: table {table}"
+    finally:
+        await store.close()
+
+
+@cli.command()
+@click.argument("store_url")
+def migrate(store_url: str) -> None:
+    """Create the tables STORE_URL's store needs (idempotent).
+
+    Example: telegram-idem migrate 'postgresql://bot@db/bot?table_prefix=idem'
+    """
+    try:
+        message = asyncio.run(_migrate(store_url))
+    except (ConfigurationError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(message)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
