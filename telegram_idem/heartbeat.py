@@ -41,12 +41,15 @@ class _Ticker:
         self._ids = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._beats: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
 
     def add(self, extend: Extend, interval: float, name: str) -> int:
         hid = next(self._ids)
         self._holders[hid] = _Holder(extend, interval, time.monotonic() + interval, name)
         if self._task is None or self._task.done():
             self._task = self._loop.create_task(self._run())
+        elif interval < 1.0:
+            self._wake.set()  # a short interval may be due before the ticker's next look
         return hid
 
     def remove(self, hid: int) -> None:
@@ -57,7 +60,10 @@ class _Ticker:
             now = time.monotonic()
             next_due = min(h.due for h in self._holders.values())
             if next_due > now:
-                await asyncio.sleep(min(next_due - now, 1.0))
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(next_due - now, 1.0)):
+                        await self._wake.wait()
                 continue
             for hid, holder in list(self._holders.items()):
                 if holder.due <= now and not holder.beating:
