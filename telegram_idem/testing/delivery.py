@@ -14,24 +14,32 @@ callback queries with different ``update_id`` and ``id`` but the same ``from``, 
 ``data``; Bot API "CallbackQuery").
 
 Fixtures: the real update payloads under ``fixtures/updates/`` ship with the package;
-`load_fixture` reads one by name, `fixture_names` lists them, `load_update` reads any file.
+`load_fixture` reads one by name, `fixture_names` lists them, `load_update` reads any file
+(they live in :mod:`telegram_idem.testing.payloads`, which needs no aiohttp, and are
+re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
+
+from telegram_idem.testing.payloads import (
+    FIXTURES,
+    _update_id,
+    fixture_names,
+    load_fixture,
+    load_update,
+    make_double_tap,
+)
 
 __all__ = [
     "FIXTURES",
@@ -47,8 +55,6 @@ __all__ = [
 ]
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-FIXTURES: Path = Path(__file__).resolve().parent / "fixtures" / "updates"
-"""Directory of the shipped update payloads (``<name>.json`` plus a README)."""
 
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -116,41 +122,6 @@ class DeliveryStats:
     timeouts: int = 0
     connection_errors: int = 0
     failed: int = 0
-
-
-def _update_id(update: Mapping[str, Any]) -> int:
-    update_id = update.get("update_id")
-    if not isinstance(update_id, int) or isinstance(update_id, bool):
-        raise ValueError("an update needs an integer update_id")
-    return update_id
-
-
-def make_double_tap(
-    callback_update: Mapping[str, Any],
-    new_update_id: int | None = None,
-    *,
-    new_callback_query_id: str | None = None,
-) -> dict[str, Any]:
-    """The second tap on the same inline button, as Telegram would send it.
-
-    A deep copy of ``callback_update`` with a new ``update_id`` (default: the original + 1) and
-    a new ``callback_query.id`` (default: the original id as a number + 1, Telegram's ids are
-    numeric strings); ``from``, ``message``/``inline_message_id``, ``chat_instance`` and
-    ``data`` are unchanged. Raises `ValueError` if the update is not a ``callback_query``.
-    """
-    original_id = _update_id(callback_update)
-    query = callback_update.get("callback_query")
-    if not isinstance(query, Mapping) or "id" not in query:
-        raise ValueError("not a callback_query update")
-    second = copy.deepcopy(dict(callback_update))
-    second["update_id"] = original_id + 1 if new_update_id is None else new_update_id
-    if new_callback_query_id is None:
-        old = str(query["id"])
-        new_callback_query_id = str(int(old) + 1) if old.isdigit() else f"{old}-2"
-    if second["update_id"] == original_id or new_callback_query_id == str(query["id"]):
-        raise ValueError("a second tap has a new update_id and a new callback query id")
-    second["callback_query"]["id"] = new_callback_query_id
-    return second
 
 
 class TelegramDelivery:
@@ -299,29 +270,3 @@ class TelegramDelivery:
             self.deliver(callback_update), self.deliver(second)
         )
         return first_report, second_report
-
-
-def load_update(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read one Update JSON file. Raises `ValueError` unless it is an object with an int
-    ``update_id``; `OSError` if the file cannot be read."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: an update is a JSON object")
-    _update_id(data)
-    return data
-
-
-def fixture_names() -> list[str]:
-    """Names accepted by `load_fixture` (file stems, sorted), e.g. ``"callback_delete"``."""
-    return sorted(p.stem for p in FIXTURES.glob("*.json"))
-
-
-def load_fixture(name: str) -> dict[str, Any]:
-    """A fresh copy of the shipped fixture ``name`` (with or without ``.json``).
-
-    Raises `FileNotFoundError` naming the available fixtures for an unknown name.
-    """
-    stem = name.removesuffix(".json")
-    if stem not in fixture_names():
-        raise FileNotFoundError(f"no fixture {name!r}; available: {', '.join(fixture_names())}")
-    return load_update(FIXTURES / f"{stem}.json")

@@ -1,1 +1,318 @@
-"""pytest plugin (entry point); fixtures grow in the testing issue."""
+"""The ``telegram_idem`` pytest plugin: fixtures that prove a bot survives duplicates.
+
+Installed with the package (entry point ``pytest11``), so no conftest code is needed.
+Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto mode).
+
+| fixture | gives |
+|---|---|
+| ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
+| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (memory, sqlite, postgres, redis, dynamodb) |
+| ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL |
+| ``idem_key_prefix`` / ``idem_keys`` | this test's unique key prefix and a ``KeyBuilder`` with it |
+| ``idem`` | an :class:`~telegram_idem.Idem` on ``idem_store`` with ``idem_keys`` and ``idem_clock``; its ``sleep`` (polls of the ``wait`` policy) advances the clock and yields ≤ 10 ms of real time |
+| ``update_factory`` | an :class:`~telegram_idem.testing.UpdateFactory` dating updates by ``idem_clock`` |
+| ``fake_bot_api`` | a started :class:`~telegram_idem.testing.FakeBotAPI` (needs aiohttp) |
+| ``telegram_delivery`` | ``telegram_delivery(url, **options)`` → a :class:`~telegram_idem.testing.TelegramDelivery`, closed after the test |
+| ``replay`` | ``replay(target, **options)`` → a :class:`~telegram_idem.testing.Replayer`, closed after the test |
+
+Options (CLI flag / ini option; server URLs also by environment variable, see
+:mod:`telegram_idem.testing.stores`):
+
+- ``--idem-stores=memory,sqlite`` / ``idem_stores``: the stores ``idem_store`` runs on
+  (default all five; a server store with no URL and no Docker is skipped with a message
+  naming the flag, variable and ini option to set);
+- ``--idem-postgres-url``, ``--idem-redis-url``, ``--idem-dynamodb-url`` (and
+  ``IDEM_POSTGRES_URL`` …, ``idem_postgres_url`` …): the servers;
+- ``idem_testcontainers = false``: never start containers.
+
+Every test gets its own key prefix; a server store's records under it are deleted when the
+test ends. A URL that is configured but does not answer fails the test (you asked for it).
+This module imports no Telegram framework and no aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from telegram_idem.backends import store_from_url
+from telegram_idem.backends.base import Store
+from telegram_idem.clock import ManualClock
+from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.guard import Idem
+from telegram_idem.keys import KeyBuilder
+from telegram_idem.testing.factories import UpdateFactory
+from telegram_idem.testing.replay import Replayer
+from telegram_idem.testing.stores import (
+    ALL_STORES,
+    SERVER_STORES,
+    ContainerPool,
+    missing_message,
+    prepare_url,
+    purge_prefix,
+)
+
+if TYPE_CHECKING:
+    from telegram_idem.testing.bot_api import FakeBotAPI
+    from telegram_idem.testing.delivery import TelegramDelivery
+
+if TYPE_CHECKING:
+    from pytest_asyncio import fixture as _async_fixture
+else:
+    try:
+        from pytest_asyncio import fixture as _async_fixture
+    except ImportError:  # pragma: no cover - async fixtures then need another async plugin
+        _async_fixture = pytest.fixture
+
+_POOL = pytest.StashKey[ContainerPool]()
+_REAL_YIELD = 0.01  # seconds of real time a patched sleep yields at most
+
+
+# ---------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the flags and ini options listed in the module docstring."""
+    group = parser.getgroup("telegram-idem", "telegram-idem test stores")
+    group.addoption(
+        "--idem-stores",
+        dest="idem_stores",
+        default=None,
+        metavar="NAMES",
+        help=f"comma-separated stores for the idem_store fixture ({', '.join(ALL_STORES)})",
+    )
+    parser.addini(
+        "idem_stores",
+        "comma-separated stores for the idem_store fixture",
+        default=",".join(ALL_STORES),
+    )
+    for store in SERVER_STORES.values():
+        group.addoption(
+            store.flag,
+            dest=f"idem_{store.name}_url",
+            default=None,
+            metavar="URL",
+            help=f"{store.name} store URL for idem_store (or {store.env}, or ini {store.ini})",
+        )
+        parser.addini(store.ini, f"{store.name} store URL for idem_store", default="")
+    parser.addini(
+        "idem_testcontainers",
+        "start server stores with testcontainers when no URL is given (default true)",
+        type="bool",
+        default=True,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Create the session's container pool (containers stop at the end of the session)."""
+    pool = ContainerPool(enabled=bool(config.getini("idem_testcontainers")))
+    config.stash[_POOL] = pool
+    config.add_cleanup(pool.stop_all)
+
+
+def selected_stores(config: pytest.Config) -> list[str]:
+    """The stores ``idem_store`` is parametrised over (``--idem-stores`` or ini).
+
+    Raises:
+        pytest.UsageError: an unknown store name.
+    """
+    raw = config.getoption("idem_stores", None) or config.getini("idem_stores")
+    text = ",".join(raw) if isinstance(raw, list) else str(raw)
+    names = [n.strip() for n in text.replace(" ", ",").split(",") if n.strip()]
+    unknown = [n for n in names if n not in ALL_STORES]
+    if unknown:
+        raise pytest.UsageError(
+            f"--idem-stores / idem_stores: unknown store(s) {unknown}; known: {', '.join(ALL_STORES)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def configured_url(config: pytest.Config, name: str) -> str | None:
+    """The URL of server store ``name`` from its flag, environment variable or ini option."""
+    store = SERVER_STORES[name]
+    for value in (
+        config.getoption(f"idem_{name}_url", None),
+        os.environ.get(store.env),
+        config.getini(store.ini),
+    ):
+        if value:
+            return str(value)
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One header line: the selected stores and which server URLs are set."""
+    parts = []
+    for name in selected_stores(config):
+        if name in SERVER_STORES:
+            state = "url set" if configured_url(config, name) else "no url"
+            parts.append(f"{name} ({state})")
+        else:
+            parts.append(name)
+    return "telegram-idem stores: " + ", ".join(parts)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that uses ``idem_store`` (directly or through ``idem``)."""
+    if "idem_store_name" not in metafunc.fixturenames:
+        return
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else ""
+        listed = names.split(",") if isinstance(names, str) else list(names)
+        if "idem_store_name" in (n.strip() for n in listed):
+            return  # the test chose its stores itself
+    stores = selected_stores(metafunc.config)
+    metafunc.parametrize("idem_store_name", stores, ids=stores, indirect=True)
+
+
+# ---------------------------------------------------------------------- stores
+
+
+@pytest.fixture
+def idem_store_name(request: pytest.FixtureRequest) -> str:
+    """The store under test: ``"memory"``, ``"sqlite"``, ``"postgres"``, ``"redis"`` or
+    ``"dynamodb"`` (``"memory"`` when not parametrised)."""
+    return str(getattr(request, "param", "memory"))
+
+
+@pytest.fixture
+def idem_key_prefix() -> str:
+    """A key prefix no other test uses (``t`` + 16 hex digits)."""
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture
+def idem_keys(idem_key_prefix: str) -> KeyBuilder:
+    """A ``KeyBuilder`` with this test's prefix: give it to any ``Idem`` you build."""
+    return KeyBuilder(prefix=idem_key_prefix)
+
+
+@pytest.fixture
+def idem_clock() -> ManualClock:
+    """A clock that moves only on ``idem_clock.advance(seconds)`` (starts at 1.7e9 s)."""
+    return ManualClock()
+
+
+@pytest.fixture
+def idem_store_url(idem_store_name: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of the store under test: ``memory://``, a new SQLite file, or the
+    configured (or containerised) server; skips with what to set when there is none."""
+    if idem_store_name == "memory":
+        return "memory://"
+    if idem_store_name == "sqlite":
+        return f"sqlite:///{tmp_path / 'idem.db'}"
+    url = configured_url(request.config, idem_store_name)
+    if url is None:
+        url, why = request.config.stash[_POOL].url(idem_store_name)
+        if url is None:
+            pytest.skip(missing_message(idem_store_name, docker_note=why))
+    return prepare_url(idem_store_name, url)
+
+
+@_async_fixture
+async def idem_store(
+    idem_store_name: str, idem_store_url: str, idem_clock: ManualClock, idem_key_prefix: str
+) -> AsyncIterator[Store]:
+    """A store of each selected kind, on ``idem_clock``; closed after the test, and a
+    server store's records under ``idem_key_prefix`` deleted."""
+    try:
+        store = store_from_url(idem_store_url, clock=idem_clock)
+    except ConfigurationError as exc:
+        pytest.fail(f"{idem_store_name} store: {exc}", pytrace=False)
+    server = idem_store_name in SERVER_STORES
+    if server:
+        try:
+            await store.get(f"{idem_key_prefix}:probe")
+        except StoreError as exc:
+            await store.close()
+            pytest.fail(
+                f"{idem_store_name} store configured but not answering: {exc}", pytrace=False
+            )
+    try:
+        yield store
+    finally:
+        await store.close()
+        if server:
+            try:
+                await purge_prefix(idem_store_name, idem_store_url, idem_key_prefix)
+            except Exception as exc:
+                warnings.warn(
+                    f"could not delete {idem_store_name} records under {idem_key_prefix}: "
+                    f"{exc!r} (they expire with their retention)",
+                    stacklevel=1,
+                )
+
+
+@pytest.fixture
+def idem(idem_store: Store, idem_keys: KeyBuilder, idem_clock: ManualClock) -> Idem:
+    """An :class:`Idem` on ``idem_store`` with this test's keys and ``idem_clock``.
+
+    Its ``sleep`` (between polls of the ``wait`` policy) advances ``idem_clock`` by the
+    poll delay after yielding at most 10 ms of real time: a waiter behind a crashed
+    holder takes over once the lease has passed on the clock, without real waiting.
+    """
+
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(min(max(seconds, 0.0), _REAL_YIELD))
+        idem_clock.advance(max(seconds, 0.0))
+
+    return Idem(idem_store, keys=idem_keys, clock=idem_clock, sleep=sleep)
+
+
+# ---------------------------------------------------------------------- Telegram side
+
+
+@pytest.fixture
+def update_factory(idem_clock: ManualClock) -> UpdateFactory:
+    """An :class:`UpdateFactory` (default bot, user and chat; dates from ``idem_clock``)."""
+    return UpdateFactory(clock=idem_clock)
+
+
+@_async_fixture
+async def fake_bot_api() -> AsyncIterator[FakeBotAPI]:
+    """A started :class:`FakeBotAPI` on loopback (``.url``, ``.ptb_base_url``)."""
+    from telegram_idem.testing.bot_api import FakeBotAPI
+
+    async with FakeBotAPI() as api:
+        yield api
+
+
+@_async_fixture
+async def telegram_delivery() -> AsyncIterator[Callable[..., TelegramDelivery]]:
+    """``telegram_delivery(url, **options)``: a :class:`TelegramDelivery` (options as its
+    constructor), closed after the test."""
+    from telegram_idem.testing.delivery import TelegramDelivery
+
+    made: list[TelegramDelivery] = []
+
+    def make(url: str, **options: Any) -> TelegramDelivery:
+        delivery = TelegramDelivery(url, **options)
+        made.append(delivery)
+        return delivery
+
+    yield make
+    for delivery in made:
+        await delivery.close()
+
+
+@_async_fixture
+async def replay() -> AsyncIterator[Callable[..., Replayer]]:
+    """``replay(target, **options)``: a :class:`Replayer` (options as its constructor),
+    closed after the test."""
+    made: list[Replayer] = []
+
+    def make(target: object, **options: Any) -> Replayer:
+        replayer = Replayer(target, **options)
+        made.append(replayer)
+        return replayer
+
+    yield make
+    for replayer in made:
+        await replayer.close()

@@ -1,0 +1,153 @@
+"""Recording the guards' decisions while a test runs.
+
+Every guard decision is one record of the ``telegram_idem.decisions`` logger (see
+:mod:`telegram_idem.logs`). :class:`DecisionRecorder` attaches a handler to it for a
+``with`` block, lowers the logger's level to INFO for that time if it was higher (so
+decisions are recorded whatever logging setup the test suite has), and keeps each
+record as a :class:`Decision`. It also keeps the failures a fast-ack webhook logs for
+updates that failed *after* it answered 200 (logger ``telegram_idem.webhook``), which no
+HTTP client can see::
+
+    with DecisionRecorder() as recorder:
+        await dispatcher.feed_raw_update(bot, update)
+    [d.decision for d in recorder.decisions]      # ['acquired', 'acquired', ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from telegram_idem.logs import decision_logger
+
+__all__ = ["BackgroundFailure", "Decision", "DecisionRecorder"]
+
+_webhook_logger = logging.getLogger("telegram_idem.webhook")
+_level_lock = threading.Lock()
+_level_users = 0
+_saved_level = logging.NOTSET
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One guard decision, as logged.
+
+    Attributes:
+        boundary: ``"update"``, ``"action"``, ``"step"`` or ``"lock"``.
+        decision: ``"acquired"``, ``"replay"``, ``"in_progress"``, ``"conflict"``,
+            ``"failed"`` (a stored failure replayed) or, for locks, ``"held"``.
+        key: the full idempotency key.
+        handler: the action's handler (its ``__qualname__``) or the step's name.
+        update_id: the update being processed, if one was bound.
+        fencing_token: the token of the record that decided.
+        task: ``id()`` of the asyncio task that asked (tells concurrent callers apart).
+    """
+
+    boundary: str
+    decision: str
+    key: str
+    handler: str | None
+    update_id: int | None
+    fencing_token: int | None
+    task: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundFailure:
+    """An update that failed after the webhook had answered 200 (so Telegram never
+    re-sends it): its ``update_id`` and the exception."""
+
+    update_id: int | None
+    error: BaseException
+
+
+def _task_id() -> int | None:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return None
+    return id(task) if task is not None else None
+
+
+class DecisionRecorder(logging.Handler):
+    """A logging handler that keeps guard decisions (use as a context manager).
+
+    Args:
+        update_ids: keep only decisions about these updates (plus those with no update
+            bound); ``None`` keeps all. Narrowing avoids counting another test's updates
+            when several run in one process.
+    """
+
+    def __init__(self, update_ids: Collection[int] | None = None) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.update_ids = set(update_ids) if update_ids is not None else None
+        self.decisions: list[Decision] = []
+        self.background_failures: list[BackgroundFailure] = []
+
+    def _wanted(self, update_id: int | None) -> bool:
+        return self.update_ids is None or update_id is None or update_id in self.update_ids
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep ``record`` if it is a decision (or a background failure) of interest."""
+        if record.name == _webhook_logger.name:
+            self._background(record)
+            return
+        fields: dict[str, Any] = record.__dict__
+        if "boundary" not in fields or "decision" not in fields:
+            return
+        update_id = fields.get("update_id")
+        if not self._wanted(update_id):
+            return
+        self.decisions.append(
+            Decision(
+                boundary=str(fields["boundary"]),
+                decision=str(fields["decision"]),
+                key=str(fields.get("key", "")),
+                handler=fields.get("handler"),
+                update_id=update_id,
+                fencing_token=fields.get("fencing_token"),
+                task=_task_id(),
+            )
+        )
+
+    def _background(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.ERROR or not record.exc_info:
+            return
+        error = record.exc_info[1]
+        if error is None:
+            return
+        args = record.args if isinstance(record.args, tuple) else ()
+        update_id = args[0] if args and isinstance(args[0], int) else None
+        if self._wanted(update_id):
+            self.background_failures.append(BackgroundFailure(update_id, error))
+
+    def __enter__(self) -> Self:
+        global _level_users, _saved_level
+        with _level_lock:
+            if _level_users == 0:
+                _saved_level = decision_logger.level
+                if decision_logger.getEffectiveLevel() > logging.INFO:
+                    decision_logger.setLevel(logging.INFO)
+            _level_users += 1
+        decision_logger.addHandler(self)
+        _webhook_logger.addHandler(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        global _level_users
+        decision_logger.removeHandler(self)
+        _webhook_logger.removeHandler(self)
+        with _level_lock:
+            _level_users -= 1
+            if _level_users == 0:
+                decision_logger.setLevel(_saved_level)
