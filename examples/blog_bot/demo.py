@@ -41,6 +41,7 @@ from examples.blog_bot.writer import OfflineWriter
 from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture, make_double_tap
+from telegram_idem.testing.loopback import serve_app
 
 __all__ = ["run_demo"]
 
@@ -59,12 +60,7 @@ def _commit_messages(repo_path: str) -> list[str]:
 async def _start(blog: BlogBot, slow: FastAckWebhook) -> tuple[web.AppRunner, str]:
     app = blog.web_app()
     app.router.add_post("/webhook-inline", slow.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
+    return await serve_app(app)
 
 
 async def run_demo(

@@ -38,10 +38,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from telegram_idem.testing.loopback import LoopbackServer
 
 __all__ = ["Call", "FakeBotAPI", "SentMessage", "UploadedFile", "WebhookState"]
 
@@ -200,7 +201,7 @@ def _normalize_markup(markup: Any) -> dict[str, Any] | None:
     return {"inline_keyboard": rows}
 
 
-class FakeBotAPI:
+class FakeBotAPI(LoopbackServer):
     """Loopback stand-in for ``https://api.telegram.org`` (Bot API "Making requests").
 
     ``bot_first_name``/``bot_username`` shape the ``getMe`` user (the id is the number before
@@ -215,6 +216,7 @@ class FakeBotAPI:
         bot_username: str = "example_blog_bot",
         long_poll_cap: float = 1.0,
     ) -> None:
+        super().__init__()
         self.bot_first_name = bot_first_name
         self.bot_username = bot_username
         self.long_poll_cap = long_poll_cap
@@ -229,8 +231,6 @@ class FakeBotAPI:
         self._answered: list[str] = []
         self._faults: dict[str, deque[_Fault]] = {}
         self._results: dict[str, ResultFactory] = {}
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
         self._closing = asyncio.Event()
         self._handlers: dict[str, Callable[[str, Params], Awaitable[Any]]] = {
             "getme": self._get_me,
@@ -247,48 +247,16 @@ class FakeBotAPI:
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        """Bind ``127.0.0.1`` on a free port and serve. Raises `RuntimeError` if started."""
-        if self._runner is not None:
-            raise RuntimeError("FakeBotAPI already started")
+    def _make_app(self) -> web.Application:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        self._runner = runner
         self._closing.clear()
-        self._url = f"http://{host}:{port}"
+        return app
 
-    async def close(self) -> None:
-        """Stop serving; pending ``getUpdates`` long polls answer ``[]`` first. Idempotent."""
-        if self._runner is None:
-            return
+    async def _before_close(self) -> None:
+        """Pending ``getUpdates`` long polls answer ``[]`` before the server stops."""
         self._closing.set()
         self._updates_changed.set()
-        runner, self._runner = self._runner, None
-        await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    @property
-    def url(self) -> str:
-        """Base URL (``http://127.0.0.1:<port>``) for ``TelegramAPIServer.from_base``."""
-        if self._url is None:
-            raise RuntimeError("FakeBotAPI not started")
-        return self._url
 
     @property
     def ptb_base_url(self) -> str:

@@ -39,10 +39,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from telegram_idem.testing.loopback import LoopbackServer
 
 __all__ = ["FakeGitHub", "RecordedRequest"]
 
@@ -106,7 +107,7 @@ def _git_sha(kind: str, data: bytes) -> str:
     return hashlib.sha1(f"{kind} {len(data)}\0".encode() + data).hexdigest()
 
 
-class FakeGitHub:
+class FakeGitHub(LoopbackServer):
     """Loopback stand-in for ``https://api.github.com`` serving one repository.
 
     Args:
@@ -130,6 +131,7 @@ class FakeGitHub:
         branch: str = "main",
         files: Mapping[str, str | bytes] | None = None,
     ) -> None:
+        super().__init__()
         self.owner = owner
         self.repo = repo
         self.token = token
@@ -143,8 +145,6 @@ class FakeGitHub:
         self._clock = 0
         self._faults: deque[_Fault] = deque()
         self._hooks: list[tuple[str, str, Callable[[], object]]] = []
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
         tree = self._store_flat(
             {path: ("100644", self._store_blob(_bytes(c))) for path, c in (files or {}).items()}
         )
@@ -152,10 +152,7 @@ class FakeGitHub:
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        """Bind ``127.0.0.1`` on a free port and serve. Raises `RuntimeError` if started."""
-        if self._runner is not None:
-            raise RuntimeError("FakeGitHub already started")
+    def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=100 * 1024 * 1024)
         base = "/repos/{owner}/{repo}"
         routes = [
@@ -173,39 +170,7 @@ class FakeGitHub:
         ]
         for method, path, handler in routes:
             app.router.add_route(method, path, handler)
-        runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        self._runner = runner
-        self._url = f"http://{host}:{port}"
-
-    async def close(self) -> None:
-        """Stop serving. Idempotent."""
-        if self._runner is None:
-            return
-        runner, self._runner = self._runner, None
-        await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    @property
-    def url(self) -> str:
-        """API base URL (``http://127.0.0.1:<port>``), PyGithub's ``base_url``."""
-        if self._url is None:
-            raise RuntimeError("FakeGitHub not started")
-        return self._url
+        return app
 
     @property
     def full_name(self) -> str:

@@ -39,6 +39,7 @@ from telegram_idem.adapters.aiogram import IdempotencyMiddleware, update_to_dict
 from telegram_idem.backends.sqlite import SQLiteStore
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture, make_double_tap
+from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
@@ -433,13 +434,9 @@ async def webhook(idem: Idem, bot: Bot) -> AsyncIterator[tuple[str, list[int], l
     SimpleRequestHandler(dispatcher=dp, bot=bot, handle_in_background=False).register(
         app, path="/webhook"
     )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    runner, base = await serve_app(app)
     try:
-        yield f"http://{host}:{port}/webhook", runs, deletes
+        yield f"{base}/webhook", runs, deletes
     finally:
         await runner.cleanup()
 
@@ -487,15 +484,9 @@ async def test_webhook_failure_is_retried_by_telegram_and_runs_again(idem: Idem,
     SimpleRequestHandler(dispatcher=dp, bot=bot, handle_in_background=False).register(
         app, path="/hook"
     )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    runner, base = await serve_app(app)
     try:
-        async with TelegramDelivery(
-            f"http://{host}:{port}/hook", retry_delay=0.0, max_attempts=3
-        ) as telegram:
+        async with TelegramDelivery(f"{base}/hook", retry_delay=0.0, max_attempts=3) as telegram:
             report = await telegram.deliver(load_fixture("techpost_command"))
             assert report.statuses[-1] == 200
             assert report.statuses[0] is not None and report.statuses[0] >= 500

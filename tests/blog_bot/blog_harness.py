@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+import aiohttp
 
 from examples.blog_bot.app import BlogBot, build_blog_bot
 from examples.blog_bot.config import Settings
 from examples.blog_bot.writer import OfflineWriter
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery
+from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAtest-token"
 SECRET = "test-webhook-secret"
@@ -68,13 +72,43 @@ async def running_blog(
         )
         writer = OfflineWriter(delay_scale=writer_delay_scale)
         blog = build_blog_bot(settings, writer=writer)
-        runner = web.AppRunner(blog.web_app())
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        url = f"http://127.0.0.1:{port}/webhook"
+        runner, base = await serve_app(blog.web_app())
+        url = f"{base}/webhook"
         async with TelegramDelivery(url, secret_token=SECRET, timeout=10, retry_delay=0.01) as tg:
             yield Harness(blog, api, writer, url, tg, settings)
         await runner.cleanup()
         await blog.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def until(predicate: Callable[[], bool], limit: float = 90.0) -> None:
+    """Poll ``predicate`` every 50 ms until it holds; TimeoutError after ``limit`` s."""
+    async with asyncio.timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+async def start_serve(env: dict[str, str], port: int) -> asyncio.subprocess.Process:
+    """``python -m examples.blog_bot serve`` as a separate process, once /healthz answers."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "examples.blog_bot", "serve", "--host", "127.0.0.1",
+        "--port", str(port), cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    async with aiohttp.ClientSession() as session, asyncio.timeout(60):
+        while True:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return proc
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)

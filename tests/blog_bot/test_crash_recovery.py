@@ -6,62 +6,21 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
+from blog_harness import free_port, start_serve, until
 from dulwich.repo import Repo
 
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAT = 5550001001
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def _until(predicate: Callable[[], bool], limit: float = 90.0) -> None:
-    async with asyncio.timeout(limit):
-        while not predicate():
-            await asyncio.sleep(0.05)
-
-
-async def _start(env: dict[str, str], port: int) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "examples.blog_bot",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with aiohttp.ClientSession() as session, asyncio.timeout(60):
-        while True:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return proc
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
 
 
 async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_message(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     async with FakeBotAPI() as api:
         env = {
             **os.environ,
@@ -73,14 +32,14 @@ async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_me
             "WRITER_DELAY_SCALE": "0.1",  # ≈ 5 s pipeline
             "IDEM_LEASE": "2",  # a dead worker's claims free up after 2 s
         }
-        first = await _start(env, port)
+        first = await start_serve(env, port)
         async with TelegramDelivery(
             f"http://127.0.0.1:{port}/webhook", secret_token="crash-secret"
         ) as tg:
             report = await tg.deliver(load_fixture("techpost_no_title"))
         assert report.statuses == [200]
         # Kill once the Korean draft is being written (title done, draft not yet).
-        await _until(
+        await until(
             lambda: any("2/3" in str(c.params.get("text")) for c in api.calls_of("editMessageText"))
         )
         os.kill(first.pid, signal.SIGKILL)
@@ -89,9 +48,9 @@ async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_me
             "the pipeline finished before the kill; make it slower"
         )
 
-        second = await _start(env, port)
+        second = await start_serve(env, port)
         try:
-            await _until(lambda: any((m.text or "").startswith("✅") for m in api.messages(CHAT)))
+            await until(lambda: any((m.text or "").startswith("✅") for m in api.messages(CHAT)))
             await asyncio.sleep(1.0)  # anything duplicated would show up now
         finally:
             second.terminate()

@@ -26,6 +26,7 @@ from telegram_idem.ingress.polling import PollingIngress
 from telegram_idem.ingress.webhook import WebhookIngress
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
+from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAingress"
 SECRET = "ingress-secret"
@@ -34,12 +35,8 @@ SECRET = "ingress-secret"
 async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_post("/webhook", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}/webhook"
+    runner, base = await serve_app(app)
+    return runner, f"{base}/webhook"
 
 
 @pytest.fixture
