@@ -1,7 +1,9 @@
 """Redis store (``redis://``, ``rediss://``, ``redis+cluster://``): one Lua script per decision.
 
 Each record is one hash at ``<key_prefix>:{<record key>}``. The braces make the whole
-record key the cluster hash tag, so every single-key script touches one slot. Every
+record key the cluster hash tag, so every single-key script touches one slot (on a
+cluster, update guard records live in the inbox's slot instead: see
+:meth:`RedisStore.redis_key` and :mod:`telegram_idem.backends.redis_inbox`). Every
 primitive is ONE ``EVALSHA`` of a script in :mod:`telegram_idem.backends.redis_scripts`
 (on ``NOSCRIPT``, e.g. after ``SCRIPT FLUSH`` or a failover, the same call is repeated
 once as ``EVAL``, which also caches the script again). Redis forgets a record when its
@@ -14,7 +16,8 @@ judges leases by one clock; with a clock (tests) *now* is passed to the script, 
 Round trips: claim, complete, fail, release, extend and get are 1 each. ``claim_many``
 is 1 on a single node (one script over all keys); on a cluster the keys are grouped by
 hash slot, one script per slot, sent as one pipeline: 1 round trip per master node
-holding any of the keys, all masters in parallel.
+holding any of the keys, all masters in parallel. Every inbox call (``store.inbox()``)
+is 1 as well, ``admit_many`` included.
 
 URLs (query options marked * are this store's own; the rest pass through to redis-py):
 
@@ -49,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -65,9 +69,10 @@ from telegram_idem.backends import redis_scripts
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Outcome, Record, Status
 
-__all__ = ["RedisStore"]
+__all__ = ["UPDATE_KEY", "RedisStore"]
 
 RedisClient = Redis | RedisCluster
 """The clients the store accepts: ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``."""
@@ -97,6 +102,11 @@ _SINGLE_PASSTHROUGH = frozenset(
     }
 )
 _CLUSTER_PASSTHROUGH = (_SINGLE_PASSTHROUGH - {"db"}) | {"ssl"}
+UPDATE_KEY = re.compile(r"(?s).*:-?[0-9]+:u:-?[0-9]+")
+"""The shape of an update guard key (:meth:`telegram_idem.keys.KeyBuilder.update`). On a
+cluster, records with such keys live in the inbox's slot (:meth:`RedisStore.redis_key`).
+Matching a few other keys too would be harmless: a record key always maps to the same
+Redis key, the shape only decides which node holds it."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -211,6 +221,7 @@ class RedisStore(Store):
         self.key_prefix = key_prefix
         self._closed = False
         self._discovered = False
+        self._inbox: Inbox | None = None
         # Every call holds one gate slot and at most one connection per node while it
         # runs, so concurrent calls beyond the pool size wait here instead of failing
         # with MaxConnectionsError (redis-py's pools refuse, they do not queue).
@@ -241,9 +252,31 @@ class RedisStore(Store):
         """True when the client is a ``RedisCluster``."""
         return self._cluster
 
+    @property
+    def inbox_prefix(self) -> str:
+        """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:`` (one hash
+        tag, so the whole inbox is one slot; see :mod:`telegram_idem.backends.redis_inbox`)."""
+        return f"{self.key_prefix}:{{{self.key_prefix}:inbox}}:"
+
     def redis_key(self, key: str) -> str:
-        """The Redis key of record ``key``: ``<key_prefix>:{<key>}``."""
+        """The Redis key of record ``key``: ``<key_prefix>:{<key>}``.
+
+        On a cluster, an update guard key (:data:`UPDATE_KEY`) is stored in the inbox's
+        slot instead, at ``<inbox_prefix>r:<key>``, so the inbox's admission claims it and
+        writes the entry in one script.
+        """
+        if self._cluster and UPDATE_KEY.fullmatch(key):
+            return f"{self.inbox_prefix}r:{key}"
         return f"{self.key_prefix}:{{{key}}}"
+
+    def inbox(self) -> Inbox:
+        """The durable inbox in this Redis (created on first use; see
+        :mod:`telegram_idem.backends.redis_inbox`)."""
+        if self._inbox is None:
+            from telegram_idem.backends.redis_inbox import RedisInbox  # imports this module
+
+            self._inbox = RedisInbox(self)
+        return self._inbox
 
     # ----------------------------------------------------------------- plumbing
 

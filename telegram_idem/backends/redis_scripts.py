@@ -29,9 +29,9 @@ result|nil, attempts}``; token-checked writes answer ``1`` (done) or ``0`` (not 
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "COMPLETE", "EXTEND", "FAIL", "GET", "RELEASE"]
+__all__ = ["CLAIM", "CLAIM_FUNCTION", "COMPLETE", "EXTEND", "FAIL", "GET", "PRELUDE", "RELEASE"]
 
-_PRELUDE = r"""
+PRELUDE = r"""
 local function fmt(n)
   return string.format('%d', n)
 end
@@ -87,8 +87,45 @@ local function held(r, token, now)
 end
 """
 
+CLAIM_FUNCTION = r"""
+-- decide_claim(key, now, lease_ms, retention_ms, fp|false) -> outcome, record, write?
+-- The claim table of machine.decide_claim; the caller saves the record when write is true
+-- (the inbox's admission completes it first).
+local function decide_claim(key, now, lease, retention, fp)
+  local old = load(key)
+  if old == nil or old.exp <= now then
+    -- no record, or retention over: acquire (a remembered token still fences)
+    local token = 1
+    if old ~= nil then
+      token = old.token + 1
+    end
+    return 'acquired', {status = 'in_progress', token = token, lease = now + lease,
+                        exp = now + retention, fp = fp, result = false, attempts = 1}, true
+  end
+  if fp and old.fp and old.fp ~= fp then
+    return 'conflict', old, false
+  end
+  if old.status == 'completed' then
+    return 'replay', old, false
+  end
+  if old.status == 'failed' then
+    return 'failed', old, false
+  end
+  if old.lease > now then
+    return 'in_progress', old, false
+  end
+  -- in progress, lease over (holder crashed, or released): takeover
+  return 'acquired', {status = 'in_progress', token = old.token + 1, lease = now + lease,
+                      exp = math.max(old.exp, now + retention), fp = fp or old.fp,
+                      result = false, attempts = old.attempts + 1}, true
+end
+"""
+"""Lua: the claim decision as a function, shared by :data:`CLAIM` and the inbox's
+admission script (:mod:`telegram_idem.backends.redis_inbox`). Needs :data:`PRELUDE`."""
+
 CLAIM = (
-    _PRELUDE
+    PRELUDE
+    + CLAIM_FUNCTION
     + r"""
 -- KEYS: the record keys (one slot on a cluster).
 -- ARGV: now_ms|'', lease_ms, retention_ms, has_fp ('1'|'0'), fp.
@@ -101,49 +138,20 @@ if ARGV[4] == '1' then
   fp = ARGV[5]
 end
 
-local function claim(key)
-  local old = load(key)
-  if old == nil or old.exp <= now then
-    -- no record, or retention over: acquire (a remembered token still fences)
-    local token = 1
-    if old ~= nil then
-      token = old.token + 1
-    end
-    local r = {status = 'in_progress', token = token, lease = now + lease,
-               exp = now + retention, fp = fp, result = false, attempts = 1}
-    save(key, r, now)
-    return reply('acquired', r)
-  end
-  if fp and old.fp and old.fp ~= fp then
-    return reply('conflict', old)
-  end
-  if old.status == 'completed' then
-    return reply('replay', old)
-  end
-  if old.status == 'failed' then
-    return reply('failed', old)
-  end
-  if old.lease > now then
-    return reply('in_progress', old)
-  end
-  -- in progress, lease over (holder crashed, or released): takeover
-  local r = {status = 'in_progress', token = old.token + 1, lease = now + lease,
-             exp = math.max(old.exp, now + retention), fp = fp or old.fp, result = false,
-             attempts = old.attempts + 1}
-  save(key, r, now)
-  return reply('acquired', r)
-end
-
 local out = {}
 for i, key in ipairs(KEYS) do
-  out[i] = claim(key)
+  local outcome, r, write = decide_claim(key, now, lease, retention, fp)
+  if write then
+    save(key, r, now)
+  end
+  out[i] = reply(outcome, r)
 end
 return out
 """
 )
 
 COMPLETE = (
-    _PRELUDE
+    PRELUDE
     + r"""
 -- KEYS[1]: the record. ARGV: now_ms|'', token, result, retention_ms. Reply: 1 | 0.
 local now = now_ms(ARGV[1])
@@ -166,7 +174,7 @@ if "r.status = 'failed'" not in FAIL:  # pragma: no cover - guards an edit of CO
     raise RuntimeError("redis_scripts.FAIL no longer derives from COMPLETE")
 
 RELEASE = (
-    _PRELUDE
+    PRELUDE
     + r"""
 -- KEYS[1]: the record. ARGV: now_ms|'', token. Reply: 1 | 0.
 -- The record stays (its token keeps fencing); the lease ends now, the fingerprint goes.
@@ -183,7 +191,7 @@ return 1
 )
 
 EXTEND = (
-    _PRELUDE
+    PRELUDE
     + r"""
 -- KEYS[1]: the record. ARGV: now_ms|'', token, lease_ms. Reply: 1 | 0.
 local now = now_ms(ARGV[1])
@@ -199,7 +207,7 @@ return 1
 )
 
 GET = (
-    _PRELUDE
+    PRELUDE
     + r"""
 -- KEYS[1]: the record. ARGV: now_ms|''. Reply: the live record, or nil. Writes nothing.
 local now = now_ms(ARGV[1])

@@ -264,7 +264,8 @@ async def test_cluster_round_trips(
     redis_cluster_url_factory: Callable[[], str], node_calls: dict[str, int]
 ) -> None:
     store = RedisStore(redis_cluster_url_factory())
-    keys = [f"idem:1:u:{734519000 + i}" for i in range(100)]
+    # action keys: on a cluster, update keys all live in the inbox's slot (test_redis_inbox)
+    keys = [f"idem:1:a:approve:{734519000 + i}" for i in range(100)]
     try:
         await store.get("warm-up")  # discovery happens here
         for source in (redis_scripts.CLAIM, redis_scripts.COMPLETE):  # no NOSCRIPT below
@@ -295,7 +296,7 @@ async def test_keys_carry_the_record_key_as_hash_tag(
     redis_cluster_url_factory: Callable[[], str],
 ) -> None:
     store = RedisStore(redis_cluster_url_factory())
-    keys = [KEY, "idem:1:u:1", "with space", "한국어", "a{b}c", "}{", ""]
+    keys = [KEY, "idem:1:a:x", "with space", "한국어", "a{b}c", "}{", ""]
     try:
         assert isinstance(store.client, RedisCluster)
         claims = await store.claim_many(keys, lease=LEASE, retention=RETENTION)
@@ -327,7 +328,7 @@ async def test_claim_many_batches_share_a_slot(
         return await original(batches, args)
 
     monkeypatch.setattr(store, "_claim_batches", spy)
-    keys = [f"idem:1:u:{i}" for i in range(300)]
+    keys = [f"idem:1:a:approve:{i * 7919}:{i}" for i in range(300)]  # 2 pairs share a slot
     try:
         await store.claim_many(keys, lease=LEASE, retention=RETENTION)
         assert sum(len(b) for b in sent) == 300
@@ -429,7 +430,7 @@ async def test_cluster_claim_many_survives_script_flush(
     node_calls: dict[str, int],
 ) -> None:
     store = RedisStore(redis_cluster_url_factory())
-    keys = [f"idem:1:u:{i}" for i in range(50)]
+    keys = [f"idem:1:a:{i}" for i in range(50)]
     sent: list[str] = []
     pipeline = store._pipeline
 
