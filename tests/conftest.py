@@ -23,7 +23,7 @@ import pytest
 from fixtures_dynamodb import dynamodb_url_factory  # noqa: F401
 from fixtures_postgres import postgres_url_factory  # noqa: F401
 from fixtures_redis import redis_cluster_url_factory, redis_url_factory  # noqa: F401
-from services import StoreFactory, UrlFactory
+from services import SHARED_STATE_STORES, StoreFactory, UrlFactory
 
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
@@ -38,6 +38,31 @@ STORES = [
     pytest.param("dynamodb_url_factory", id="dynamodb", marks=pytest.mark.dynamodb),
 ]
 """Every store of the conformance suite, as the name of its URL factory fixture."""
+
+
+INBOX_STORES = {"memory", "sqlite", "postgres", "redis", "redis_cluster"}
+"""Stores with a durable inbox (DynamoDB has none)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect store combinations a test does not apply to (rather than skip them):
+    ``@pytest.mark.inbox`` needs a store with an inbox, ``@pytest.mark.shared_state``
+    needs store objects that share records (not memory)."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        store = callspec.id.split("-")[0] if callspec is not None else None
+        if store is not None and (
+            (item.get_closest_marker("inbox") and store not in INBOX_STORES)
+            or (item.get_closest_marker("shared_state") and store not in SHARED_STATE_STORES)
+        ):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture

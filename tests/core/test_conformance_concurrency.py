@@ -63,9 +63,8 @@ def _claim_in_process(url: str, key: str, n: int, queue: multiprocessing.Queue[l
     queue.put(asyncio.run(run()))
 
 
-def test_claims_from_4_os_processes_acquire_once(store_url: str, store_name: str) -> None:
-    if store_name not in SHARED_STATE_STORES:
-        pytest.skip("a memory store lives in one process")
+@pytest.mark.shared_state
+def test_claims_from_4_os_processes_acquire_once(store_url: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[list[str]] = ctx.Queue()
     procs = [

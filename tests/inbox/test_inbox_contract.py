@@ -6,9 +6,9 @@ import asyncio
 import json
 
 import pytest
-from services import SHARED_STATE_STORES, StoreFactory
+from services import StoreFactory
 
-from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, Store
+from telegram_idem import ManualClock, Outcome, Status, Store
 from telegram_idem.inbox.base import EntryStatus, Inbox, NewEntry
 
 RETENTION = 3600.0
@@ -20,12 +20,12 @@ def entry(update_id: int, chat: str | None = "chat:1") -> NewEntry:
     return NewEntry(f"idem:7:u:{update_id}", chat, payload)
 
 
+pytestmark = pytest.mark.inbox
+
+
 @pytest.fixture
 def inbox(store: Store) -> Inbox:
-    try:
-        return store.inbox()
-    except ConfigurationError as exc:
-        pytest.skip(str(exc))
+    return store.inbox()
 
 
 async def test_admit_enqueues_once_and_claims_the_update_guard(inbox: Inbox, store: Store) -> None:
@@ -143,16 +143,12 @@ async def test_concurrent_takers_never_share_an_entry(inbox: Inbox) -> None:
     assert len(ids) == 20 and len(set(ids)) == 20
 
 
+@pytest.mark.shared_state
 async def test_takers_on_separate_connections_never_share_an_entry(
     store_factory: StoreFactory, store_name: str
 ) -> None:
-    if store_name not in SHARED_STATE_STORES:
-        pytest.skip("a memory inbox lives in one object")
     stores = [await store_factory() for _ in range(4)]
-    try:
-        inboxes = [s.inbox() for s in stores]
-    except ConfigurationError as exc:
-        pytest.skip(str(exc))
+    inboxes = [s.inbox() for s in stores]
     for uid in range(12):
         await inboxes[uid % 4].admit(entry(uid, f"chat:{uid % 6}"), retention=RETENTION)
     taken = await asyncio.gather(*(inboxes[i % 4].take(lease=LEASE) for i in range(24)))
