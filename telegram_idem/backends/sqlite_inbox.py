@@ -7,6 +7,7 @@ workers never take the same entry, and the head-of-chat rule holds across proces
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,8 @@ class SQLiteInbox(Inbox):
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
+        self._pending: list[tuple[NewEntry, float, asyncio.Future[bool]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def _write(self, op: str, body: Callable[[sqlite3.Connection, float], Any]) -> Any:
         store = self._store

@@ -154,3 +154,11 @@ async def test_takers_on_separate_connections_never_share_an_entry(
     taken = await asyncio.gather(*(inboxes[i % 4].take(lease=LEASE) for i in range(24)))
     ids = [t.id for t in taken if t is not None]
     assert len(ids) == len(set(ids)) == 6  # one head per chat
+
+
+async def test_concurrent_admissions_enqueue_each_update_once(inbox: Inbox) -> None:
+    results = await asyncio.gather(
+        *(inbox.admit(entry(uid % 5, f"chat:{uid % 5}"), retention=RETENTION) for uid in range(40))
+    )
+    assert sum(results) == 5
+    assert await inbox.depth() == 5
