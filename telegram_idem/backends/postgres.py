@@ -13,12 +13,15 @@ it):
 - get: one ``SELECT``; purge: ``DELETE … WHERE key = ANY(ARRAY(SELECT … LIMIT n FOR
   UPDATE SKIP LOCKED))``.
 
+The durable inbox (:meth:`PostgresStore.inbox`) lives in ``<table_prefix>_inbox`` beside
+the records; see :mod:`telegram_idem.backends.postgres_inbox`.
+
 Time: with ``clock=None`` (the default, and what ``from_url`` gives unless a clock is
 passed) every statement reads the *server's* clock once
 (``extract(epoch FROM clock_timestamp())``), so workers on different hosts judge leases
 by one clock. With a clock, its reading is sent as a parameter.
 
-The table must exist: create it with ``telegram-idem migrate URL``,
+The tables must exist: create them with ``telegram-idem migrate URL``,
 :meth:`PostgresStore.migrate`, or ``auto_create=1``. See docs/store-postgres.md.
 
 URL::
@@ -54,11 +57,13 @@ from telegram_idem.backends.postgres_schema import (
     COLUMNS,
     DEFAULT_TABLE_PREFIX,
     create_schema,
+    inbox_table_name,
     table_name,
 )
 from telegram_idem.backends.url import reject_unknown
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Outcome, Record, Status
 
 __all__ = ["PASSTHROUGH_OPTIONS", "STORE_OPTIONS", "PostgresStore"]
@@ -288,17 +293,19 @@ def _parse_number(url: str, name: str, value: str, kind: type[int] | type[float]
 
 
 class PostgresStore(Store):
-    """Records in one PostgreSQL table, ``<table_prefix>_records``.
+    """Records in one PostgreSQL table, ``<table_prefix>_records``; the inbox
+    (:meth:`inbox`) in ``<table_prefix>_inbox``.
 
     Args:
         dsn: an asyncpg DSN, ``postgresql://user:password@host:5432/db`` (store options
             go in keyword arguments here; :meth:`from_url` parses them from a URL).
         clock: seconds since the epoch; ``None`` = the server's clock, read once per
             statement (recommended: one clock for every worker).
-        table_prefix: the table is ``<table_prefix>_records`` (``a-z 0-9 _``, ≤ 40).
+        table_prefix: the tables are ``<table_prefix>_records`` and
+            ``<table_prefix>_inbox`` (``a-z 0-9 _``, ≤ 40).
         min_size: connections the pool keeps open (≥ 0).
         max_size: most connections the pool opens (≥ 1, ≥ ``min_size``).
-        auto_create: create the table on first use if it is missing (otherwise run
+        auto_create: create the tables on first use if missing (otherwise run
             :meth:`migrate` / ``telegram-idem migrate URL`` once).
         command_timeout: seconds a statement may take before :class:`StoreError`.
         connect_timeout: seconds to open one connection (waiting for a pool connection
@@ -385,6 +392,7 @@ class PostgresStore(Store):
                 "need statement_cache_size ≥ 0, purge_every ≥ 0 and purge_batch ≥ 1"
             )
         self.table = table_name(table_prefix)
+        self.inbox_table = inbox_table_name(table_prefix)
         self.table_prefix = table_prefix
         self._dsn = dsn
         self._clock = clock
@@ -403,6 +411,7 @@ class PostgresStore(Store):
         self._closed = False
         self._writes = 0
         self._purge_task: asyncio.Task[None] | None = None
+        self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:
         parts = urlsplit(self._dsn)
@@ -512,8 +521,9 @@ class PostgresStore(Store):
                         conn.terminate()
                     raise
         except asyncpg.exceptions.UndefinedTableError as exc:
+            missing = self.inbox_table if self.inbox_table in str(exc) else self.table
             raise ConfigurationError(
-                f"table {self.table!r} does not exist: run `telegram-idem migrate "
+                f"table {missing!r} does not exist: run `telegram-idem migrate "
                 f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "
                 f"the store URL ({exc})"
             ) from exc
@@ -670,6 +680,19 @@ class PostgresStore(Store):
         row = await self._run(run)
         return None if row is None else _record(row)
 
+    def inbox(self) -> Inbox:
+        """The durable inbox in ``<table_prefix>_inbox``, on this store's pool and clock.
+
+        Admission writes the update guard record and the entry in one statement; see
+        :mod:`telegram_idem.backends.postgres_inbox`. The table is made by the same
+        :meth:`migrate` / ``auto_create`` as the records table.
+        """
+        if self._inbox is None:
+            from telegram_idem.backends.postgres_inbox import PostgresInbox
+
+            self._inbox = PostgresInbox(self)
+        return self._inbox
+
     # ------------------------------------------------------------------ maintenance
 
     async def _purge_once(self, batch: int) -> int:
@@ -698,7 +721,8 @@ class PostgresStore(Store):
         return await self._call("purge", lambda: self._purge_once(batch))
 
     async def migrate(self) -> None:
-        """Create the table and its index if absent (idempotent, safe concurrently).
+        """Create the records and inbox tables and their indexes if absent (idempotent,
+        safe concurrently).
 
         Raises:
             ConfigurationError: bad credentials or database, or no CREATE privilege.
