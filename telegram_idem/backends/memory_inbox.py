@@ -96,8 +96,13 @@ class MemoryInbox(Inbox):
         entry = self._entries.get(entry_id)
         if entry is None or entry.status is not EntryStatus.DEAD:
             return False
+        # Back of its chat (a new seq): a later entry of the chat may be in flight already.
         self._entries[entry_id] = replace(
-            entry, status=EntryStatus.PENDING, attempts=0, available_at=self._store.clock()
+            entry,
+            seq=next(self._seq),
+            status=EntryStatus.PENDING,
+            attempts=0,
+            available_at=self._store.clock(),
         )
         return True
 

@@ -292,10 +292,12 @@ local e = load_entry(id)
 if e == nil or e.status ~= 'dead' then
   return 0
 end
-redis.call('HSET', ekey(id), 'status', 'pending', 'attempts', '0', 'avail', fmt(now))
+-- Back of its chat (a new seq): a later entry of the chat may be in flight already.
+local seq = redis.call('INCR', K_SEQ)
+redis.call('HSET', ekey(id), 'status', 'pending', 'attempts', '0', 'avail', fmt(now), 'seq', seq)
 redis.call('ZREM', K_DEAD, id)
-redis.call('ZADD', kkey(e.okey), fmt(e.seq), id)
-redis.call('ZADD', K_LIVE, fmt(e.seq), id)
+redis.call('ZADD', kkey(e.okey), seq, id)
+redis.call('ZADD', K_LIVE, seq, id)
 place(e.okey)
 return 1
 """

@@ -161,9 +161,10 @@ class SQLiteInbox(Inbox):
 
     async def redrive(self, entry_id: str) -> bool:
         def body(conn: sqlite3.Connection, now: float) -> bool:
+            # Back of its chat (a new seq): a later entry of the chat may be in flight.
             cur = conn.execute(
-                "UPDATE idem_inbox SET status = 'pending', attempts = 0, available_at = ? "
-                "WHERE id = ? AND status = 'dead'",
+                "UPDATE idem_inbox SET status = 'pending', attempts = 0, available_at = ?, "
+                "seq = (SELECT MAX(seq) + 1 FROM idem_inbox) WHERE id = ? AND status = 'dead'",
                 (now, entry_id),
             )
             return cur.rowcount == 1

@@ -162,3 +162,17 @@ async def test_concurrent_admissions_enqueue_each_update_once(inbox: Inbox) -> N
     )
     assert sum(results) == 5
     assert await inbox.depth() == 5
+
+
+async def test_a_redriven_letter_waits_behind_its_chats_entry_in_flight(inbox: Inbox) -> None:
+    await inbox.admit(entry(1, "chat:a"), retention=RETENTION)
+    await inbox.admit(entry(2, "chat:a"), retention=RETENTION)
+    poison = await inbox.take(lease=LEASE)
+    assert poison is not None and await inbox.bury(poison, error="bad")
+    second = await inbox.take(lease=LEASE)
+    assert second is not None and second.id == "idem:7:u:2"
+    assert await inbox.redrive(poison.id)
+    assert await inbox.take(lease=LEASE) is None  # never two of one chat in flight
+    assert await inbox.ack(second)
+    again = await inbox.take(lease=LEASE)
+    assert again is not None and again.id == poison.id
