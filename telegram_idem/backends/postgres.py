@@ -128,11 +128,18 @@ _RCOLS = ", ".join(f"r.{c}" for c in COLUMNS)
 # When ``up`` wrote nothing, ``old`` (the row as of the statement's snapshot) comes back
 # instead, and Python decides replay / conflict / in progress / failed from it with
 # ``machine.decide_claim``. The ON CONFLICT branch locks the row, so two concurrent
-# claims of one key serialise there and at most one writes.
+# claims of one key serialise there and at most one writes. A key whose snapshot row is
+# live and not acquirable (a duplicate: replay, in progress, conflict, failed) is not
+# inserted at all, so a duplicate is a read: no row lock, no WAL, no commit flush.
 _CLAIM_UPSERT = """
   INSERT INTO {table} AS r ({cols})
   SELECT k.key, 'in_progress', 1, c.now + {lease}, c.now + {retention}, {fp}, NULL, 1
   FROM {source}
+  WHERE NOT EXISTS (
+    SELECT 1 FROM old o
+    WHERE o.key = k.key AND o.expires_at > c.now
+      AND NOT (o.status = 'in_progress' AND o.lease_expires_at <= c.now
+               AND (o.fingerprint IS NULL OR {fp} IS NULL OR o.fingerprint = {fp})))
   ON CONFLICT (key) DO UPDATE SET
     status = 'in_progress',
     fencing_token = r.fencing_token + 1,
