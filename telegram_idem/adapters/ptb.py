@@ -85,6 +85,7 @@ __all__ = [
     "StorePolicy",
     "idem_of",
     "idempotent",
+    "inbox_dispatch",
     "install_update_guard",
     "update_to_dict",
 ]
@@ -550,3 +551,53 @@ def idempotent(
         return wrapper
 
     return decorate
+
+
+# ------------------------------------------------------------------ the inbox
+
+
+def inbox_dispatch(
+    application: AnyApplication, idem: Idem, *, bot_id: int | None = None
+) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for PTB.
+
+    Feeds each admitted update to ``application.process_update`` with the update bound
+    (so ``@idempotent`` works) and raises when a handler raised — PTB hands handler
+    errors to its error handlers instead of raising, so a first error handler records
+    them — so the worker retries or dead-letters the entry. Call after
+    ``await application.initialize()``.
+
+    Args:
+        application: the PTB application.
+        idem: the guard whose store holds the inbox.
+        bot_id: the bot's id (default: from ``application.bot.token``).
+
+    Raises (from the returned coroutine function):
+        Exception: the handler's exception, re-raised after PTB's error handlers ran.
+    """
+    _GUARDS[application] = idem
+    bot = bot_id if bot_id is not None else bot_id_from_token(application.bot.token)
+
+    async def record_error(update: object, context: AnyContext) -> None:
+        run = _RUN.get()
+        if run is not None and not run.finished:
+            run.error = context.error
+
+    others = dict(application.error_handlers)
+    application.error_handlers.clear()
+    application.error_handlers[record_error] = True
+    application.error_handlers.update(others)
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        run = _Run()
+        reset = _RUN.set(run)
+        try:
+            with bind_update(update, bot_id=bot, idem=idem):
+                await application.process_update(Update.de_json(update, application.bot))
+        finally:
+            run.finished = True
+            _RUN.reset(reset)
+        if run.error is not None:
+            raise run.error
+
+    return dispatch
