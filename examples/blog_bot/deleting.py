@@ -112,7 +112,7 @@ async def _keyboard(
     )
 
 
-@idempotent(key="delete-list:{chat_id}:{message_id}", in_progress="drop")
+@idempotent(key="delete-list:{chat_id}:{message_id}", in_progress="wait")
 async def send_delete_list(
     message: Message, *, bot: Bot, tokens: CallbackTokens, publisher: Publisher
 ) -> int:
@@ -122,7 +122,7 @@ async def send_delete_list(
     return sent.message_id
 
 
-@idempotent(key="delete-cmd:{chat_id}:{message_id}", in_progress="drop")
+@idempotent(key="delete-cmd:{chat_id}:{message_id}", in_progress="wait")
 async def delete_by_name(message: Message, slug: str, *, publisher: Publisher) -> str | None:
     """``/delete <slug>``: delete once for this message; returns the commit or ``None``."""
     sha = await _change(publisher, slug, "delete")

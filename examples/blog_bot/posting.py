@@ -62,7 +62,7 @@ async def _issue_buttons(tokens: CallbackTokens, slug: str, bot_id: int) -> dict
     }
 
 
-@idempotent(key="post:{chat_id}:{message_id}", in_progress="drop")
+@idempotent(key="post:{chat_id}:{message_id}", in_progress="wait", wait_timeout=180)
 async def publish_post(
     message: Message,
     given_title: str,
@@ -123,7 +123,7 @@ async def on_techpost(
         )
 
 
-@idempotent(key="draft:{chat_id}:{message_id}", in_progress="drop")
+@idempotent(key="draft:{chat_id}:{message_id}", in_progress="wait", wait_timeout=180)
 async def write_draft(message: Message, topic: str, *, idem: Idem, writer: Writer) -> int:
     """Write a Korean draft once for this message and send it; returns the reply's id."""
     title = topic or await idem.step("title", writer.title, "")

@@ -47,6 +47,7 @@ __all__ = [
 
 CLAIM = "idem_update_claim"
 """``feed_update`` keyword: the update guard was already claimed by the webhook."""
+_GUARDED = "idem_guarded"
 UNGUARDED = "idem_unguarded"
 """``feed_update`` keyword: do not claim the update guard (the inbox admitted the update
 already, or a webhook failed open on a store outage); the update is still bound."""
@@ -120,6 +121,9 @@ class IdempotencyMiddleware(BaseMiddleware):
         event: TelegramObject,
         data: dict[str, Any],
     ) -> Any:
+        if data.get(_GUARDED):  # registered twice: the outer one already guards this update
+            return await handler(event, data)
+        data[_GUARDED] = True
         data["idem"] = self.idem
         if self.tokens is not None:
             data["idem_tokens"] = self.tokens

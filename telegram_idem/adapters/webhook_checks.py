@@ -67,12 +67,17 @@ async def read_update(
     length = request.content_length
     if length is not None and length > max_body:
         raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=length)
-    body = await request.content.read(max_body + 1)
-    if len(body) > max_body:
-        raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=len(body))
+    body = bytearray()
+    while True:  # read() returns what has arrived so far: keep reading until the end
+        chunk = await request.content.read(max_body + 1 - len(body))
+        if not chunk:
+            break
+        body += chunk
+        if len(body) > max_body:
+            raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=len(body))
     try:
         obj = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise web.HTTPBadRequest(text="body is not JSON") from None
     try:
         return validate_update(obj)

@@ -85,7 +85,17 @@ class InboxWorker:
         Raises:
             StoreError: the inbox could not answer.
         """
-        entry = await self.inbox.take(lease=self.lease)
+        # A take cancelled mid-flight (shutdown) may still commit in the store: finish it
+        # and hand the entry straight back, so it does not wait out a lease.
+        taking = asyncio.ensure_future(self.inbox.take(lease=self.lease))
+        try:
+            entry = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await taking
+                if taken is not None:
+                    await self.inbox.retry(taken, delay=0.0, error="worker shut down")
+            raise
         if entry is None:
             return False
         task = asyncio.create_task(self._process(entry))

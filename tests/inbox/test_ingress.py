@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,30 @@ async def test_polling_refetch_after_a_crash_duplicates_nothing(idem: Idem) -> N
             assert await second.poll_once() == 0  # the offset confirmed the batch
         finally:
             await bot.session.close()
+
+
+async def test_a_body_arriving_in_pieces_is_read_whole(idem: Idem) -> None:
+    ingress = WebhookIngress(idem, bot_id=7, secret_token=SECRET)
+    runner, url = await _serve(ingress.handle)
+    body = json.dumps(load_fixture("techpost_command"), ensure_ascii=False).encode()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield body[: len(body) // 2]
+        await asyncio.sleep(0.05)  # the rest arrives in a later TCP segment
+        yield body[len(body) // 2 :]
+
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(url, data=pieces(), headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as resp,
+        ):
+            assert resp.status == 200
+        deep = b"[" * 100_000 + b"]" * 100_000
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(url, data=deep, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as resp,
+        ):
+            assert resp.status == 400
+    finally:
+        await runner.cleanup()
+    assert await idem.store.inbox().depth() == 1

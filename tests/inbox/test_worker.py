@@ -134,3 +134,32 @@ async def test_an_entry_left_by_a_dead_worker_is_processed_by_another() -> None:
     assert await heir.run_once() is True
     assert done == [1]
     assert await inbox.depth() == 0
+
+
+async def test_an_entry_taken_while_the_worker_stops_goes_back_at_once() -> None:
+    store = MemoryStore()
+    inner = store.inbox()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    class SlowTake(type(inner)):  # type: ignore[misc]
+        async def take(self, *, lease: float) -> Any:
+            started.set()
+            await release.wait()  # the store commits the take after the worker was cancelled
+            return await inner.take(lease=lease)
+
+    slow = SlowTake(store)
+    slow._entries = inner._entries  # type: ignore[attr-defined]
+    await inner.admit(entry(1, "chat:a"), retention=RETENTION)
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        raise AssertionError("must not run during shutdown")
+
+    worker = InboxWorker(slow, dispatch, concurrency=1, poll_interval=0.01)
+    worker.start()
+    await started.wait()
+    stopping = asyncio.create_task(worker.stop(grace=0.1))
+    await asyncio.sleep(0.01)
+    release.set()
+    await stopping
+    back = await inner.take(lease=30)
+    assert back is not None and back.last_error == "worker shut down"
