@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from asyncpg.connection import Connection
 from click.testing import CliRunner
 from fixtures_postgres import drop_tables, postgres_reachable_or_missing, run_sync, with_option
+from pg_counting import Trips, counting_connection_class
 from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
@@ -38,64 +38,6 @@ LEASE = 30.0
 RETENTION = 3600.0
 
 # ----------------------------------------------------------------- helpers
-
-_ROUND_TRIPS = frozenset(
-    {
-        "prepare",
-        "bind_execute",
-        "bind_execute_many",
-        "bind",
-        "execute",
-        "query",
-        "close_statement",
-        "copy_in",
-        "copy_out",
-    }
-)
-
-
-class Trips:
-    """Protocol calls seen, as ``(name, statement name for prepare / None)``."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str | None]] = []
-
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    def clear(self) -> None:
-        self.calls.clear()
-
-
-class _CountingProtocol:
-    def __init__(self, inner: Any, trips: Trips) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_trips", trips)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in _ROUND_TRIPS:
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            stmt_name = args[0] if name == "prepare" and args else None
-            self._trips.calls.append((name, stmt_name))
-            return attr(*args, **kwargs)
-
-        return counted
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
-
-
-def counting_connection_class(trips: Trips) -> type[Connection]:
-    class CountingConnection(Connection):  # type: ignore[misc]
-        def __init__(self, protocol: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(protocol, *args, **kwargs)
-            self._protocol = _CountingProtocol(self._protocol, trips)
-
-    return CountingConnection
 
 
 def prefix_of(url: str) -> str:

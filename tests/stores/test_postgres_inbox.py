@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from asyncpg.connection import Connection
 from fixtures_postgres import drop_tables, postgres_reachable_or_missing, with_option
+from pg_counting import Trips, counting_connection_class
 from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
@@ -39,59 +39,6 @@ LEASE = 30.0
 RETENTION = 3600.0
 
 # ----------------------------------------------------------------- helpers
-
-_ROUND_TRIPS = frozenset(
-    {
-        "prepare",
-        "bind_execute",
-        "bind_execute_many",
-        "bind",
-        "execute",
-        "query",
-        "close_statement",
-        "copy_in",
-        "copy_out",
-    }
-)
-
-
-class Trips:
-    """Protocol calls seen (each one network round trip)."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def clear(self) -> None:
-        self.names.clear()
-
-
-class _CountingProtocol:
-    def __init__(self, inner: Any, trips: Trips) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_trips", trips)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in _ROUND_TRIPS:
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self._trips.names.append(name)
-            return attr(*args, **kwargs)
-
-        return counted
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
-
-
-def counting_connection_class(trips: Trips) -> type[Connection]:
-    class CountingConnection(Connection):  # type: ignore[misc]
-        def __init__(self, protocol: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(protocol, *args, **kwargs)
-            self._protocol = _CountingProtocol(self._protocol, trips)
-
-    return CountingConnection
 
 
 def entry(update_id: int, chat: str | None = "chat:1") -> NewEntry:
