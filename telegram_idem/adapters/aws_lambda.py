@@ -82,11 +82,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import importlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -100,6 +98,12 @@ from telegram_idem.errors import (
 from telegram_idem.guard import Idem
 from telegram_idem.records import Claim, Outcome
 from telegram_idem.updates import KNOWN_UPDATE_TYPES, validate_update
+from telegram_idem.webhook_secret import (
+    DEFAULT_MAX_BODY,
+    SECRET_HEADER,
+    check_secret_token,
+    secret_matches,
+)
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -112,11 +116,6 @@ __all__ = [
 
 log = logging.getLogger("telegram_idem.aws_lambda")
 
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-"""Header carrying ``setWebhook``'s ``secret_token`` (Bot API, ``setWebhook``). Function
-URLs and HTTP APIs (payload 2.0) deliver header names in lower case; any case is read."""
-DEFAULT_MAX_BODY = 1024 * 1024
-"""1 MiB: far above any real update, small enough to refuse abuse."""
 WORKER_FLAG = "is_async_worker"
 """Top-level key marking a worker event (seeds/000's name)."""
 INLINE_FALLBACK_ERRORS = frozenset({"AccessDeniedException", "RequestEntityTooLargeException"})
@@ -129,10 +128,6 @@ Process = Callable[[dict[str, Any]], Awaitable[object]]
 It must not claim the update guard again (aiogram: ``dp.feed_raw_update(bot, update,
 idem_unguarded=True)``; PTB: ``app.process_update(Update.de_json(update, app.bot))`` with
 no guard installed)."""
-
-# Same rule as Bot API ``setWebhook`` secret_token (webhook_checks needs aiohttp, which a
-# Lambda package need not ship, hence not imported from there).
-_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 StorePolicy = Literal["fail_closed", "fail_open"]
 
@@ -198,8 +193,7 @@ class LambdaOffload:
         on_store_error: StorePolicy = "fail_closed",
         offload_when: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
-        if secret_token is not None and not _SECRET.match(secret_token):
-            raise ConfigurationError("a webhook secret token is 1-256 chars of A-Z a-z 0-9 _ -")
+        check_secret_token(secret_token)
         self.idem = idem
         self.process = process
         self.bot_id = bot_id
@@ -272,7 +266,8 @@ class LambdaOffload:
                 (str(v) for k, v in headers.items() if str(k).lower() == SECRET_HEADER.lower()),
                 "",
             )
-            if not hmac.compare_digest(given.encode(), self.secret_token.encode()):
+            # Function URLs deliver header names in lower case; any case is read.
+            if not secret_matches(given, self.secret_token):
                 raise _Refused(401, "wrong or missing secret token")
         body = event.get("body") or ""
         if event.get("isBase64Encoded"):

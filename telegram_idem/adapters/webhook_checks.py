@@ -14,34 +14,21 @@ is a JSON-serialised ``Update``.
 
 from __future__ import annotations
 
-import hmac
 import json
-import re
 from typing import Any
 
 from aiohttp import web
 
-from telegram_idem.errors import ConfigurationError, MalformedUpdateError
+from telegram_idem.errors import MalformedUpdateError
 from telegram_idem.updates import validate_update
+from telegram_idem.webhook_secret import (
+    DEFAULT_MAX_BODY,
+    SECRET_HEADER,
+    check_secret_token,
+    secret_matches,
+)
 
 __all__ = ["DEFAULT_MAX_BODY", "SECRET_HEADER", "check_secret_token", "read_update"]
-
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-DEFAULT_MAX_BODY = 1024 * 1024
-"""1 MiB: far above any real update, small enough to refuse abuse."""
-
-_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
-
-
-def check_secret_token(secret: str | None) -> str | None:
-    """Validate a configured secret token (``None`` = no check).
-
-    Raises:
-        ConfigurationError: not 1–256 chars of ``A-Z a-z 0-9 _ -`` (Telegram would refuse it).
-    """
-    if secret is not None and not _SECRET.match(secret):
-        raise ConfigurationError("a webhook secret token is 1-256 chars of A-Z a-z 0-9 _ -")
-    return secret
 
 
 async def read_update(
@@ -62,7 +49,7 @@ async def read_update(
     """
     if secret is not None:
         given = request.headers.get(SECRET_HEADER, "")
-        if not hmac.compare_digest(given.encode(), secret.encode()):
+        if not secret_matches(given, secret):
             raise web.HTTPUnauthorized(text="wrong or missing secret token")
     length = request.content_length
     if length is not None and length > max_body:
