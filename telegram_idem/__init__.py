@@ -5,6 +5,7 @@ the action guard (:func:`idempotent` over a business key), and side-effect steps
 (:meth:`Idem.step`), plus per-chat locks and signed callback tokens.
 """
 
+from telegram_idem.admission import Verdict, verdict_for
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.clock import ManualClock
@@ -28,6 +29,7 @@ from telegram_idem.errors import (
     StoredFailureError,
     StoreError,
     UnknownCallbackTokenError,
+    UpdateInProgressError,
 )
 from telegram_idem.guard import Idem
 from telegram_idem.keys import KeyBuilder, fingerprint, render_template
@@ -63,10 +65,13 @@ __all__ = [
     "StoreError",
     "StoredFailureError",
     "UnknownCallbackTokenError",
+    "UpdateInProgressError",
+    "Verdict",
     "bind_update",
     "current_update",
     "fingerprint",
     "idempotent",
     "render_template",
     "store_from_url",
+    "verdict_for",
 ]

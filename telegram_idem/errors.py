@@ -11,7 +11,9 @@
     ├── ClaimError                   a decision about one key; carries ``key`` and ``record``
     │   ├── ConflictError            same key, different fingerprint
     │   ├── InProgressError          another holder's lease is alive (policy ``raise``,
-    │   │                             or ``wait`` ran out of time)
+    │   │   │                         or ``wait`` ran out of time)
+    │   │   └── UpdateInProgressError  an update's claim is held elsewhere: do not
+    │   │                             acknowledge it (Telegram must re-send it)
     │   ├── LockHeldError            a lock already has a holder
     │   ├── LostClaimError           a result stored with a stale fencing token
     │   └── StoredFailureError       replay of a failure stored by ``on_error="store"``
@@ -46,6 +48,7 @@ __all__ = [
     "StoreError",
     "StoredFailureError",
     "UnknownCallbackTokenError",
+    "UpdateInProgressError",
 ]
 
 
@@ -103,6 +106,15 @@ class ConflictError(ClaimError):
 
 class InProgressError(ClaimError):
     """Another holder is running this key and its lease is alive."""
+
+
+class UpdateInProgressError(InProgressError):
+    """An update's guard claim is held elsewhere and its lease is alive.
+
+    The delivery must not be acknowledged (see :mod:`telegram_idem.admission`): a webhook
+    answers it with a non-2xx so Telegram re-sends it, and the re-delivery after the
+    holder's lease ends runs it by takeover if the holder died.
+    """
 
 
 class LockHeldError(ClaimError):

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+from telegram_idem.admission import Verdict, verdict_for
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import Clock, system_clock
@@ -29,6 +30,7 @@ from telegram_idem.errors import (
     MalformedUpdateError,
     ResultEncodingError,
     StoredFailureError,
+    UpdateInProgressError,
 )
 from telegram_idem.heartbeat import heartbeat
 from telegram_idem.keys import KeyBuilder
@@ -147,6 +149,39 @@ class Idem:
         )
         return claim
 
+    async def admit_update(
+        self, update: Mapping[str, Any], *, bot_id: int, wait: float = 0.0
+    ) -> Claim:
+        """Claim the update guard, waiting up to ``wait`` seconds while it is in progress.
+
+        The shared admission rule (:mod:`telegram_idem.admission`): a claim found in
+        progress is looked at again with backoff until it is acquired (the holder died and
+        its lease ended: takeover), completed (replay), or ``wait`` runs out. Webhooks pass
+        ``wait=0`` and answer ``NOT_YET`` with a non-2xx; polling shapes, which cannot make
+        Telegram re-send, pass about one lease.
+
+        Args:
+            update: the Bot API update dict.
+            bot_id: the receiving bot's id.
+            wait: seconds to keep looking while another holder's lease is alive.
+
+        Returns:
+            The last claim; ``verdict_for(claim.outcome)`` says what to answer.
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            StoreError: the store could not answer.
+        """
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            claim = await self.claim_update(update, bot_id=bot_id)
+            left = deadline - time.monotonic()
+            if claim.outcome is not Outcome.IN_PROGRESS or left <= 0:
+                return claim
+            await self.sleep(min(delay, left))
+            delay = min(delay * 2, 1.0)
+
     async def process_update(
         self,
         update: Mapping[str, Any],
@@ -165,16 +200,27 @@ class Idem:
                 before answering); ``None`` to claim here.
 
         Returns:
-            ``(ran, result)``; ``ran`` is ``False`` for a duplicate (not run).
+            ``(ran, result)``; ``ran`` is ``False`` for a duplicate (completed before, not
+            run).
 
         Raises:
+            UpdateInProgressError: another holder's lease on the update is alive; the
+                delivery must not be acknowledged (:mod:`telegram_idem.admission`).
             StoreError: the store could not answer (the caller's outage policy applies).
             Exception: whatever ``call`` raised; the claim is released first so a
                 re-delivery runs again.
         """
         if claim is None:
             claim = await self.claim_update(update, bot_id=bot_id)
-        if claim.outcome is not Outcome.ACQUIRED:
+        verdict = verdict_for(claim.outcome)
+        if verdict is Verdict.NOT_YET:
+            raise UpdateInProgressError(
+                f"{claim.record.key} is in progress elsewhere; not acknowledged, so "
+                "Telegram re-sends it and a delivery after the holder's lease runs it",
+                key=claim.record.key,
+                record=claim.record,
+            )
+        if verdict is Verdict.DUPLICATE:
             return False, None
         key, token = claim.record.key, claim.token
         try:
