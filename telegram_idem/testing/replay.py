@@ -125,7 +125,11 @@ class ReplayResult:
             guard, every delivery except webhook answers that were not 2xx).
         update_failures: ``update_id`` → attempts that failed (raised, non-2xx, or failed
             in the background).
-        updates_dropped: deliveries the update guard dropped as duplicates.
+        updates_dropped: deliveries the update guard dropped as duplicates of a
+            completed update.
+        updates_deferred: ``update_id`` → deliveries not acknowledged because another
+            holder had the update in progress (:mod:`telegram_idem.admission`): Telegram
+            re-sends those later; they are neither runs nor failures.
     """
 
     deliveries: list[Delivery]
@@ -138,6 +142,7 @@ class ReplayResult:
     update_runs: Counter[int] = field(default_factory=Counter)
     update_failures: Counter[int] = field(default_factory=Counter)
     updates_dropped: int = 0
+    updates_deferred: Counter[int] = field(default_factory=Counter)
 
     @property
     def updates_processed(self) -> int:
@@ -181,7 +186,8 @@ class ReplayResult:
             f"deliveries: {len(self.deliveries)} "
             f"({', '.join(f'update {u} x{n}' for u, n in attempts.items()) or 'none'})",
             f"update runs: {dict(self.update_runs)}; dropped as duplicates: "
-            f"{self.updates_dropped}; failures: {dict(self.update_failures)}",
+            f"{self.updates_dropped}; deferred (in progress elsewhere): "
+            f"{dict(self.updates_deferred)}; failures: {dict(self.update_failures)}",
             f"handler runs: {dict(self.handler_runs)}; replays: {dict(self.handler_replays)}",
             f"step runs: {dict(self.step_runs)}; skipped: {dict(self.step_skips)}",
         ]
@@ -223,13 +229,21 @@ def summarize(
     background = background or []
     result = ReplayResult(deliveries, decisions, background)
     guarded: set[int] = set()
+    # A delivery that waits for another holder logs "in_progress" per look, then its
+    # answer: only the last update decision of each (task, update) counts.
+    waiting: set[tuple[int | None, int]] = set()  # (task, update) answered nothing yet
     for d in decisions:
         name = d.handler or d.key
         if d.boundary == "update" and d.update_id is not None:
             guarded.add(d.update_id)
             if d.decision in ("acquired", "admitted"):  # admitted: into a durable inbox
                 result.update_runs[d.update_id] += 1
-            else:
+            slot = (d.task, d.update_id)
+            if d.decision == "in_progress":
+                waiting.add(slot)
+                continue
+            waiting.discard(slot)
+            if d.decision not in ("acquired", "admitted"):
                 result.updates_dropped += 1
         elif d.boundary == "action" and d.decision == "acquired":
             result.handler_runs[name] += 1
@@ -237,6 +251,8 @@ def summarize(
             result.step_runs[name] += 1
         elif d.boundary == "step" and d.decision == "replay":
             result.step_skips[name] += 1
+    for _task, update_id in waiting:  # not acknowledged: Telegram re-sends it
+        result.updates_deferred[update_id] += 1
     result.handler_replays = _action_calls(decisions)
     for delivery in deliveries:
         refused = isinstance(delivery.error, WebhookAnswerError)  # may not have run at all
@@ -244,6 +260,10 @@ def summarize(
             result.update_runs[delivery.update_id] += 1
         if delivery.error is not None:
             result.update_failures[delivery.update_id] += 1
+    # An attempt refused "not yet" (in progress elsewhere) raised or got a non-2xx, but
+    # did not fail: it was never run, and Telegram re-sends it.
+    for update_id, deferred in result.updates_deferred.items():
+        result.update_failures[update_id] = max(result.update_failures[update_id] - deferred, 0)
     # A webhook logs every failure it sees: after its 200 (invisible to HTTP) or before a
     # 500 (already a failed delivery). Per update, the larger count is the failures.
     logged = Counter(f.update_id for f in background if f.update_id is not None)
