@@ -43,6 +43,17 @@ STORES = [
 INBOX_STORES = {"memory", "sqlite", "postgres", "redis", "redis_cluster"}
 """Stores with a durable inbox (DynamoDB has none)."""
 
+STORE_OF_FACTORY: dict[str, str] = {str(p.values[0]): str(p.id) for p in STORES}
+"""The store id (``"redis_cluster"``) of each URL factory fixture name."""
+
+
+def store_of(node: pytest.Item | pytest.Function) -> str | None:
+    """The store a collected test runs on, read from its ``store_url_factory`` parameter
+    (never from the test id, whose parts other parameters share), or ``None``."""
+    callspec = getattr(node, "callspec", None)
+    factory = callspec.params.get("store_url_factory") if callspec is not None else None
+    return STORE_OF_FACTORY.get(factory) if isinstance(factory, str) else None
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect store combinations a test does not apply to (rather than skip them):
@@ -51,8 +62,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        store = callspec.id.split("-")[0] if callspec is not None else None
+        store = store_of(item)
         if store is not None and (
             (item.get_closest_marker("inbox") and store not in INBOX_STORES)
             or (item.get_closest_marker("shared_state") and store not in SHARED_STATE_STORES)
@@ -94,7 +104,7 @@ def store_url_factory(request: pytest.FixtureRequest) -> Iterator[UrlFactory]:
 @pytest.fixture
 def store_name(request: pytest.FixtureRequest) -> str:
     """The id of the store under test (``"sqlite"``, ``"redis"``…)."""
-    return str(request.node.callspec.id.split("-")[0]) if hasattr(request.node, "callspec") else ""
+    return store_of(request.node) or ""
 
 
 @pytest.fixture

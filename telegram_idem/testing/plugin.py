@@ -6,21 +6,25 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 | fixture | gives |
 |---|---|
 | ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
-| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (memory, sqlite, postgres, redis, dynamodb) |
+| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, dynamodb by option) |
 | ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL |
 | ``idem_key_prefix`` / ``idem_keys`` | this test's unique key prefix and a ``KeyBuilder`` with it |
 | ``idem`` | an :class:`~telegram_idem.Idem` on ``idem_store`` with ``idem_keys`` and ``idem_clock``; its ``sleep`` (polls of the ``wait`` policy) advances the clock and yields ≤ 10 ms of real time |
 | ``update_factory`` | an :class:`~telegram_idem.testing.UpdateFactory` dating updates by ``idem_clock`` |
-| ``fake_bot_api`` | a started :class:`~telegram_idem.testing.FakeBotAPI` (needs aiohttp) |
+| ``fake_bot_api`` | a started :class:`~telegram_idem.testing.FakeBotAPI` (needs aiohttp: ``pip install 'telegram-idem[testing]'``) |
 | ``telegram_delivery`` | ``telegram_delivery(url, **options)`` → a :class:`~telegram_idem.testing.TelegramDelivery`, closed after the test |
 | ``replay`` | ``replay(target, **options)`` → a :class:`~telegram_idem.testing.Replayer`, closed after the test |
 
 Options (CLI flag / ini option; server URLs also by environment variable, see
 :mod:`telegram_idem.testing.stores`):
 
-- ``--idem-stores=memory,sqlite`` / ``idem_stores``: the stores ``idem_store`` runs on
-  (default all five; a server store with no URL and no Docker is skipped with a message
-  naming the flag, variable and ini option to set);
+- ``--idem-stores=memory,sqlite,postgres`` / ``IDEM_STORES`` / ``idem_stores`` (first
+  found wins): the stores ``idem_store`` runs on. Default ``memory,sqlite``, the two that
+  need no service; name a server store to add it. A server store asked for but with no
+  URL and no Docker is skipped with one reason naming the flag, variable and ini option
+  to set;
+- ``--idem-require-stores`` / ``IDEM_REQUIRE_STORES=1`` / ``idem_require_stores = true``:
+  a selected store that cannot run fails its tests instead of skipping them (CI);
 - ``--idem-postgres-url``, ``--idem-redis-url``, ``--idem-dynamodb-url`` (and
   ``IDEM_POSTGRES_URL`` …, ``idem_postgres_url`` …): the servers;
 - ``idem_testcontainers = false``: never start containers.
@@ -72,6 +76,10 @@ else:
         _async_fixture = pytest.fixture
 
 _POOL = pytest.StashKey[ContainerPool]()
+DEFAULT_STORES: tuple[str, ...] = ("memory", "sqlite")
+"""The stores ``idem_store`` runs on when none are configured: those that need no service."""
+TESTING_EXTRA_HINT = "pip install 'telegram-idem[testing]'"
+"""What to install for the plugin's aiohttp-based fixtures."""
 _REAL_YIELD = 0.01  # seconds of real time a patched sleep yields at most
 
 
@@ -86,12 +94,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="idem_stores",
         default=None,
         metavar="NAMES",
-        help=f"comma-separated stores for the idem_store fixture ({', '.join(ALL_STORES)})",
+        help=(
+            f"comma-separated stores for the idem_store fixture ({', '.join(ALL_STORES)}; "
+            f"default {','.join(DEFAULT_STORES)}; or IDEM_STORES, or ini idem_stores)"
+        ),
     )
     parser.addini(
         "idem_stores",
         "comma-separated stores for the idem_store fixture",
-        default=",".join(ALL_STORES),
+        default=",".join(DEFAULT_STORES),
+    )
+    group.addoption(
+        "--idem-require-stores",
+        dest="idem_require_stores",
+        action="store_true",
+        default=None,
+        help="fail, not skip, when a selected store cannot run (or IDEM_REQUIRE_STORES=1)",
+    )
+    parser.addini(
+        "idem_require_stores",
+        "fail, not skip, when a selected store cannot run",
+        type="bool",
+        default=False,
     )
     for store in SERVER_STORES.values():
         group.addoption(
@@ -118,12 +142,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def selected_stores(config: pytest.Config) -> list[str]:
-    """The stores ``idem_store`` is parametrised over (``--idem-stores`` or ini).
+    """The stores ``idem_store`` is parametrised over: ``--idem-stores``, else
+    ``IDEM_STORES``, else the ini option ``idem_stores`` (default ``memory,sqlite``).
 
     Raises:
         pytest.UsageError: an unknown store name.
     """
-    raw = config.getoption("idem_stores", None) or config.getini("idem_stores")
+    raw = (
+        config.getoption("idem_stores", None)
+        or os.environ.get("IDEM_STORES")
+        or config.getini("idem_stores")
+    )
     text = ",".join(raw) if isinstance(raw, list) else str(raw)
     names = [n.strip() for n in text.replace(" ", ",").split(",") if n.strip()]
     unknown = [n for n in names if n not in ALL_STORES]
@@ -132,6 +161,16 @@ def selected_stores(config: pytest.Config) -> list[str]:
             f"--idem-stores / idem_stores: unknown store(s) {unknown}; known: {', '.join(ALL_STORES)}"
         )
     return list(dict.fromkeys(names))
+
+
+def stores_required(config: pytest.Config) -> bool:
+    """True when a selected store that cannot run must fail its tests: the flag
+    ``--idem-require-stores``, ``IDEM_REQUIRE_STORES=1`` or ini ``idem_require_stores``."""
+    if config.getoption("idem_require_stores", None):
+        return True
+    if os.environ.get("IDEM_REQUIRE_STORES") == "1":
+        return True
+    return bool(config.getini("idem_require_stores"))
 
 
 def configured_url(config: pytest.Config, name: str) -> str | None:
@@ -212,7 +251,10 @@ def idem_store_url(idem_store_name: str, request: pytest.FixtureRequest, tmp_pat
     if url is None:
         url, why = request.config.stash[_POOL].url(idem_store_name)
         if url is None:
-            pytest.skip(missing_message(idem_store_name, docker_note=why))
+            reason = missing_message(idem_store_name, docker_note=why)
+            if stores_required(request.config):
+                pytest.fail(f"required store missing: {reason}", pytrace=False)
+            pytest.skip(reason)
     return prepare_url(idem_store_name, url)
 
 
@@ -269,6 +311,22 @@ def idem(idem_store: Store, idem_keys: KeyBuilder, idem_clock: ManualClock) -> I
 # ---------------------------------------------------------------------- Telegram side
 
 
+def _require_aiohttp(fixture: str) -> None:
+    """Fail the test with the install hint when aiohttp is missing."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        missing = True
+    else:
+        missing = False
+    if missing:  # failed outside the except block: no chained traceback in the report
+        pytest.fail(
+            f"the {fixture} fixture needs aiohttp, which is not installed; "
+            f"install the testing extra: {TESTING_EXTRA_HINT}",
+            pytrace=False,
+        )
+
+
 @pytest.fixture
 def update_factory(idem_clock: ManualClock) -> UpdateFactory:
     """An :class:`UpdateFactory` (default bot, user and chat; dates from ``idem_clock``)."""
@@ -277,7 +335,13 @@ def update_factory(idem_clock: ManualClock) -> UpdateFactory:
 
 @_async_fixture
 async def fake_bot_api() -> AsyncIterator[FakeBotAPI]:
-    """A started :class:`FakeBotAPI` on loopback (``.url``, ``.ptb_base_url``)."""
+    """A started :class:`FakeBotAPI` on loopback (``.url``, ``.ptb_base_url``).
+
+    Raises:
+        pytest.fail.Exception: aiohttp is not installed (the message says
+            ``pip install 'telegram-idem[testing]'``).
+    """
+    _require_aiohttp("fake_bot_api")
     from telegram_idem.testing.bot_api import FakeBotAPI
 
     async with FakeBotAPI() as api:
@@ -287,7 +351,8 @@ async def fake_bot_api() -> AsyncIterator[FakeBotAPI]:
 @_async_fixture
 async def telegram_delivery() -> AsyncIterator[Callable[..., TelegramDelivery]]:
     """``telegram_delivery(url, **options)``: a :class:`TelegramDelivery` (options as its
-    constructor), closed after the test."""
+    constructor), closed after the test. Needs aiohttp, as ``fake_bot_api``."""
+    _require_aiohttp("telegram_delivery")
     from telegram_idem.testing.delivery import TelegramDelivery
 
     made: list[TelegramDelivery] = []

@@ -36,5 +36,5 @@ def test_the_worked_examples_pass(
     for name, code in titled_blocks().items():
         (pytester.path / name).write_text(code, encoding="utf-8")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
-    # 4 aiogram + 3 PTB tests, each on memory and sqlite; the 3 server stores skip
-    result.assert_outcomes(passed=7 * 2, skipped=7 * 3)
+    # 4 aiogram + 3 PTB tests, each on memory and sqlite (the default stores)
+    result.assert_outcomes(passed=7 * 2)

@@ -168,8 +168,10 @@ def closed_port() -> int:
 
 def test_every_fixture_in_a_fresh_project(pytester: pytest.Pytester, clean_env: object) -> None:
     pytester.makepyfile(test_stores=STORE_TESTS, test_telegram=TELEGRAM_TESTS)
-    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
-    # memory and sqlite pass; postgres, redis and dynamodb skip (no URL, no Docker)
+    result = pytester.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--idem-stores=memory,sqlite,postgres,redis,dynamodb"
+    )
+    # memory and sqlite pass; postgres, redis and dynamodb skip (asked for: no URL, no Docker)
     result.assert_outcomes(passed=3 * 2 + 2, skipped=3 * 3)
     result.stdout.fnmatch_lines(["*telegram-idem stores: memory, sqlite, postgres (no url)*"])
     out = result.stdout.str()
