@@ -41,7 +41,9 @@ class Store(abc.ABC):
     """Async store of idempotency records.
 
     Every method raises :class:`StoreError` (with ``original`` set) when the store cannot
-    answer; no method ever reports an outage as a decision.
+    answer, and :class:`ConfigurationError` for a mistake no retry can fix (credentials,
+    database, privileges, a missing table; see the module docstring); no method ever
+    reports an outage as a decision, and no raw driver exception escapes.
     """
 
     schemes: ClassVar[tuple[str, ...]] = ()
