@@ -5,9 +5,13 @@
     telegram-idem migrate STORE_URL
 
 ``migrate`` creates what a store needs before its first use, idempotently: for
-``postgresql://…?table_prefix=…`` the records table and its index. Stores that create
-their own structures (``memory://``, ``sqlite:///…``) need nothing, and it says so.
-Exit status 0 on success, 1 on a bad URL or an unreachable store.
+``postgresql://…?table_prefix=…`` the records and inbox tables and their indexes; for
+``dynamodb://<table>?region=…`` the table (partition key ``pk``, on-demand billing) with
+TTL enabled on ``exp``. Stores that create their own structures (``memory://``,
+``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store class with a
+``migrate()`` coroutine method is migrated the same way. Exit status 0 on success, 1 on
+a bad URL, bad credentials or an unreachable store (the message says which; it never
+shows a password).
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ async def _migrate(url: str) -> str:
         if migrate is None:
             scheme = url.split(":", 1)[0]
             return f"{scheme}:// creates its own storage on first use: nothing to migrate"
-        await migrate()
+        created = await migrate()
         table = getattr(store, "table", None)
-        return f"migrated {store!r}" if table is None else f"ready: table {table}"
+        if table is None:
+            return f"migrated {store!r}"
+        return f"{'created' if created is True else 'ready'}: table {table} ({store!r})"
     finally:
         await store.close()
 

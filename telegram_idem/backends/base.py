@@ -2,8 +2,19 @@
 
 A store keeps one :class:`~telegram_idem.records.Record` per key and answers each primitive
 in one round trip where the store allows. Subclasses implement the ``_``-prefixed
-primitives; the public methods here wrap the driver's exceptions listed in
-``driver_errors`` into :class:`~telegram_idem.errors.StoreError` once, for every store.
+primitives; every public method (and every inbox method) runs them through
+:meth:`Store._call`, the one place where a driver's exception becomes a library error:
+
+- ``config_errors`` (wrong password or ACL, no such database, missing privilege…) →
+  :class:`~telegram_idem.errors.ConfigurationError`: retrying cannot help;
+- ``driver_errors`` (connection refused or lost, DNS failure, timeout, failover…) →
+  :class:`~telegram_idem.errors.StoreError`: the store cannot answer now;
+- any other exception of the driver (``driver_base``) → :class:`StoreError` too, marked
+  *unexpected*: never a raw driver exception, never a decision.
+
+A store refines this by overriding :meth:`Store._translate` (for errors told apart by
+their text or code). Every message names the store (its ``repr``: host, database, table,
+never a password) and the operation, and carries the driver's own message.
 
 Time belongs to the store: in-process stores take a clock; server stores use the server's
 clock, so workers on different machines judge leases by one clock.
@@ -17,11 +28,11 @@ from types import TracebackType
 from typing import ClassVar, TypeVar
 
 from telegram_idem.clock import Clock
-from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Record
 
-__all__ = ["Store"]
+__all__ = ["Store", "describe_error"]
 
 T = TypeVar("T")
 
@@ -30,11 +41,34 @@ class Store(abc.ABC):
     """Async store of idempotency records.
 
     Every method raises :class:`StoreError` (with ``original`` set) when the store cannot
-    answer; no method ever reports an outage as a decision.
+    answer, and :class:`ConfigurationError` for a mistake no retry can fix (credentials,
+    database, privileges, a missing table; see the module docstring); no method ever
+    reports an outage as a decision, and no raw driver exception escapes.
     """
 
     schemes: ClassVar[tuple[str, ...]] = ()
+    """URL schemes this class serves. Setting it on a subclass registers the class with
+    :func:`telegram_idem.backends.store_from_url` (the subclass implements
+    :meth:`from_url`); a scheme already taken by another class is a
+    :class:`ConfigurationError` at class creation."""
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
+    """Driver exceptions meaning "cannot answer now": :class:`StoreError`."""
+    config_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Driver exceptions meaning a configuration mistake: :class:`ConfigurationError`."""
+    driver_base: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Every exception class of the driver; one not listed above is an unexpected
+    :class:`StoreError`."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "schemes" in cls.__dict__ and cls.schemes:
+            from telegram_idem.backends.registry import register
+
+            register(cls)
+
+    def __repr__(self) -> str:
+        """The class name; server stores add where they connect (never a password)."""
+        return f"{type(self).__name__}()"
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> Store:
@@ -51,12 +85,35 @@ class Store(abc.ABC):
         raise ConfigurationError(f"{cls.__name__} cannot be made from a URL")
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        if not self.driver_errors:  # an in-process store: nothing to translate
-            return await fn()
+        """Run ``fn`` (one primitive) and translate a driver exception it raises
+        (see the module docstring); library errors and bugs pass through."""
         try:
             return await fn()
-        except self.driver_errors as exc:
-            raise StoreError(f"{type(self).__name__}.{op} failed: {exc!r}", original=exc) from exc
+        except IdemError:
+            raise
+        except Exception as exc:
+            error = self._translate(op, exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _translate(self, op: str, exc: Exception) -> IdemError | None:
+        """The library error for ``exc`` raised by operation ``op``, or ``None`` if ``exc``
+        is not the driver's (a bug, or a ``TypeError`` for a bad argument: propagated).
+
+        Override to classify by text or code, then defer to this for the rest.
+        """
+        where = f"{self!r}.{op}"
+        if isinstance(exc, self.config_errors):
+            return ConfigurationError(f"{where}: {describe_error(exc)}")
+        if isinstance(exc, self.driver_errors):
+            return StoreError(f"{where} failed: {describe_error(exc)}", original=exc)
+        if isinstance(exc, self.driver_base):
+            return StoreError(
+                f"{where} failed with an unexpected driver error: {describe_error(exc)}",
+                original=exc,
+            )
+        return None
 
     async def claim(
         self, key: str, *, fingerprint: str | None = None, lease: float, retention: float
@@ -177,6 +234,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _get(self, key: str) -> Record | None: ...
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"<class>: <message>"`` of a driver exception, its cause's message appended when
+    it adds one (``TimeoutError`` has no message of its own).
+
+    Not ``repr``: redis-py 8's ``repr`` is only a category (``network:ConnectionError``).
+    """
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({type(cause).__name__}: {cause})"
+    return text
 
 
 def _check_times(lease: float, retention: float) -> None:

@@ -56,6 +56,7 @@ import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -63,12 +64,13 @@ from botocore.exceptions import (
     EndpointConnectionError,
     HTTPClientError,
     NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from telegram_idem import machine
-from telegram_idem.backends.base import Store
+from telegram_idem.backends.base import Store, describe_error
 from telegram_idem.backends.url import reject_unknown, url_options
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
@@ -93,7 +95,22 @@ THROTTLING_CODES: Final = frozenset(
     }
 )
 """Service error codes that mean "try later": raised as :class:`StoreError` (after
-botocore's own retries), like every other service error except a missing table."""
+botocore's own retries), like every other service error except those in
+:data:`CONFIGURATION_CODES` and a missing table."""
+
+CONFIGURATION_CODES: Final = frozenset(
+    {
+        "UnrecognizedClientException",  # unknown access key id
+        "InvalidSignatureException",  # wrong secret key
+        "IncompleteSignatureException",
+        "MissingAuthenticationTokenException",
+        "InvalidClientTokenId",
+        "ExpiredTokenException",  # session credentials expired: refresh them
+        "AccessDeniedException",  # the IAM policy lacks dynamodb:<action> on the table
+        "ValidationException",  # a request DynamoDB can never accept (e.g. a key > 2 KB)
+    }
+)
+"""Service error codes no retry can fix: raised as :class:`ConfigurationError`."""
 
 _CCF: Final = "ConditionalCheckFailedException"
 _IN_PROGRESS: Final = {"S": Status.IN_PROGRESS.value}
@@ -182,17 +199,34 @@ def _error_code(exc: BaseException) -> str:
 
 def _translate(exc: BaseException, where: str, table: str) -> IdemError:
     """The library error for a driver error: ``ConfigurationError`` for a missing table,
-    ``StoreError`` (original attached) for everything else."""
+    bad or missing credentials, missing permissions or an invalid request (naming the
+    table), ``StoreError`` (original attached) for everything else."""
     code = _error_code(exc)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return ConfigurationError(
+            f"{where}: no AWS credentials for DynamoDB table {table!r} ({describe_error(exc)}): "
+            "configure them (environment, profile, role) or pass an aiobotocore session"
+        )
+    if code in CONFIGURATION_CODES:
+        return ConfigurationError(
+            f"{where}: DynamoDB refused the request on table {table!r}: {code}: "
+            f"{_message(exc)} (check the AWS credentials, region and IAM permissions)"
+        )
     if code == "ResourceNotFoundException":
         return ConfigurationError(
             f"{where}: DynamoDB table {table!r} does not exist (or is not ACTIVE yet). "
-            f"Create it once with `await telegram_idem.backends.dynamodb.create_table(store, "
-            f"{table!r})`, or add `create_table=1` to the store URL."
+            "Create it once with `telegram-idem migrate <store URL>` (or `await "
+            "store.migrate()`), or add `create_table=1` to the store URL."
         )
     kind = " (throttled: try later)" if code in THROTTLING_CODES else ""
-    detail = f"{code}{kind}: {exc}" if code else repr(exc)
+    detail = f"{code}{kind}: {_message(exc)}" if code else describe_error(exc)
     return StoreError(f"{where} failed: {detail}", original=exc)
+
+
+def _message(exc: BaseException) -> str:
+    """The service's own message of a ``ClientError`` (or the exception's text)."""
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Message", "") or exc)
 
 
 # ----------------------------------------------------------------- typed face of the client
@@ -321,6 +355,11 @@ class DynamoDBStore(Store):
         aiohttp.ClientError,
         OSError,
         TimeoutError,
+    )
+    driver_base: ClassVar[tuple[type[BaseException], ...]] = (
+        BotoCoreError,
+        ClientError,
+        aiohttp.ClientError,
     )
 
     def __init__(
@@ -455,21 +494,39 @@ class DynamoDBStore(Store):
         return self._db
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        for attempt in range(2):
+        async def once_more() -> T:
             try:
                 return await fn()
-            except self.driver_errors as exc:
-                if (
-                    self._create_table
-                    and not attempt
-                    and _error_code(exc) == "ResourceNotFoundException"
-                ):
-                    # the table vanished (an emulator restarted, a table deleted): with
-                    # create_table=1 make it again and retry once; nothing was written
-                    self._table_ready = False
-                    continue
-                raise _translate(exc, f"{self!r}.{op}", self.table) from exc
-        raise AssertionError("unreachable")
+            except ClientError as exc:
+                if not (self._create_table and _error_code(exc) == "ResourceNotFoundException"):
+                    raise
+                # the table vanished (an emulator restarted, a table deleted): with
+                # create_table=1 make it again and retry once; nothing was written
+                self._table_ready = False
+                return await fn()
+
+        return await super()._call(op, once_more)
+
+    def _translate(self, op: str, exc: Exception) -> IdemError | None:
+        if isinstance(exc, self.driver_errors + self.driver_base):
+            return _translate(exc, f"{self!r}.{op}", self.table)
+        return None
+
+    async def migrate(self) -> bool:
+        """Create the table if absent and enable TTL on ``exp`` (:func:`create_table`
+        with its defaults: on-demand billing). Idempotent.
+
+        Returns:
+            ``True`` if this call created the table.
+
+        Raises:
+            ConfigurationError: bad credentials or permissions, or a table with another
+                key schema or another TTL attribute.
+            StoreError: DynamoDB could not answer, or the table did not become ACTIVE.
+        """
+        created = await self._call("migrate", lambda: create_table(self, self.table))
+        self._table_ready = True
+        return created
 
     # ------------------------------------------------------------- claim
 

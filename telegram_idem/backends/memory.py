@@ -1,8 +1,10 @@
 """In-process store (``memory://``) for tests and single-process bots.
 
 Bounded: records past their retention are evicted, and when ``max_items`` is reached the
-records closest to expiry go first (a warning is logged, since evicting a live record can
-let a duplicate through). URL: ``memory://?max_items=100000``.
+records closest to expiry go first. Evicting a live record can let a duplicate through,
+so each is counted (:attr:`MemoryStore.evicted_live`) and a WARNING says so: at most one
+line per ``eviction_log_interval`` seconds, with the count since the previous line (not
+one line per record). URL: ``memory://?max_items=100000``.
 """
 
 from __future__ import annotations
@@ -30,14 +32,35 @@ class MemoryStore(Store):
     Args:
         clock: seconds since the epoch; decides leases and expiry.
         max_items: most records kept (> 0).
+        eviction_log_interval: seconds (of ``clock``) between two WARNING lines about
+            live records evicted because the store is full (≥ 0; the first eviction is
+            logged at once).
+
+    Raises:
+        ConfigurationError: ``max_items`` ≤ 0 or a negative ``eviction_log_interval``.
     """
 
     schemes = ("memory",)
     driver_errors = ()
 
-    def __init__(self, *, clock: Clock = system_clock, max_items: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock = system_clock,
+        max_items: int = 100_000,
+        eviction_log_interval: float = 60.0,
+    ) -> None:
         if max_items <= 0:
             raise ConfigurationError("max_items must be > 0")
+        if not eviction_log_interval >= 0:
+            raise ConfigurationError(
+                f"eviction_log_interval must be ≥ 0 seconds, got {eviction_log_interval}"
+            )
+        self._log_interval = eviction_log_interval
+        self._unreported = 0
+        self._last_report: float | None = None
+        self.evicted_live = 0
+        """Live records evicted because the store was full, since it was made."""
         self._clock = clock
         self._max = max_items
         self._records: dict[str, Record] = {}
@@ -92,6 +115,20 @@ class MemoryStore(Store):
         heapq.heappush(self._expiry, (record.expires_at, record.key))
         self._evict()
 
+    def _report_evictions(self, now: float) -> None:
+        if self._last_report is not None and now - self._last_report < self._log_interval:
+            return
+        log.warning(
+            "memory store full (max_items=%d): evicted %d live record(s) since the last "
+            "report (%d in all); a duplicate of an evicted update can run again: raise "
+            "max_items or use a server store",
+            self._max,
+            self._unreported,
+            self.evicted_live,
+        )
+        self._last_report = now
+        self._unreported = 0
+
     def _evict(self) -> None:
         now = self._clock()
         while self._expiry and (self._expiry[0][0] <= now or len(self._records) > self._max):
@@ -100,10 +137,11 @@ class MemoryStore(Store):
             if record is None or record.expires_at != at:
                 continue  # stale heap entry
             if at > now:
-                log.warning(
-                    "memory store full (max_items=%d): evicting live key %s", self._max, key
-                )
+                self.evicted_live += 1
+                self._unreported += 1
             del self._records[key]
+        if self._unreported:
+            self._report_evictions(now)
         if len(self._expiry) > 4 * self._max + 64:
             self._expiry = [(r.expires_at, k) for k, r in self._records.items()]
             heapq.heapify(self._expiry)

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
 
@@ -69,7 +70,7 @@ class MemoryInbox(Inbox):
             status=EntryStatus.PENDING,
             available_at=now + delay,
             lease_expires_at=0.0,
-            last_error=error,
+            last_error=storable_text(error),
         )
         return True
 
@@ -77,7 +78,7 @@ class MemoryInbox(Inbox):
         if not self._held(entry):
             return False
         self._entries[entry.id] = replace(
-            self._entries[entry.id], status=EntryStatus.DEAD, last_error=error
+            self._entries[entry.id], status=EntryStatus.DEAD, last_error=storable_text(error)
         )
         return True
 

@@ -52,7 +52,7 @@ import asyncpg  # type: ignore[import-untyped]
 import asyncpg.exceptions  # type: ignore[import-untyped]
 
 from telegram_idem import machine
-from telegram_idem.backends.base import Store
+from telegram_idem.backends.base import Store, describe_error
 from telegram_idem.backends.postgres_schema import (
     COLUMNS,
     DEFAULT_TABLE_PREFIX,
@@ -62,7 +62,7 @@ from telegram_idem.backends.postgres_schema import (
 )
 from telegram_idem.backends.url import reject_unknown
 from telegram_idem.clock import Clock
-from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Outcome, Record, Status
 
@@ -299,6 +299,12 @@ def _parse_number(url: str, name: str, value: str, kind: type[int] | type[float]
         raise ConfigurationError(f"{name} must be {what} in {url!r}, got {value!r}") from None
 
 
+_VALUE_ERRORS = (
+    asyncpg.exceptions.ProgramLimitExceededError,  # 54000: index row size exceeds maximum
+    asyncpg.exceptions.DataError,  # class 22: e.g. NUL in a text value
+)
+
+
 class PostgresStore(Store):
     """Records in one PostgreSQL table, ``<table_prefix>_records``; the inbox
     (:meth:`inbox`) in ``<table_prefix>_inbox``.
@@ -358,6 +364,17 @@ class PostgresStore(Store):
         asyncpg.exceptions.ReadOnlySQLTransactionError,  # failover to a standby
         asyncpg.exceptions.TransactionRollbackError,  # deadlock / serialization
         asyncpg.exceptions.InternalClientError,  # a connection left in a broken state
+    )
+
+    config_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # bad password, no role
+        asyncpg.exceptions.InvalidCatalogNameError,  # no such database
+        asyncpg.exceptions.InsufficientPrivilegeError,
+        asyncpg.exceptions.ClientConfigurationError,
+    )
+    driver_base: ClassVar[tuple[type[BaseException], ...]] = (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
     )
 
     def __init__(
@@ -527,24 +544,29 @@ class PostgresStore(Store):
                     with contextlib.suppress(Exception):
                         conn.terminate()
                     raise
-        except asyncpg.exceptions.UndefinedTableError as exc:
-            missing = self.inbox_table if self.inbox_table in str(exc) else self.table
-            raise ConfigurationError(
-                f"table {missing!r} does not exist: run `telegram-idem migrate "
-                f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "
-                f"the store URL ({exc})"
-            ) from exc
-        except (
-            asyncpg.exceptions.InvalidAuthorizationSpecificationError,
-            asyncpg.exceptions.InvalidCatalogNameError,
-            asyncpg.exceptions.InsufficientPrivilegeError,
-            asyncpg.exceptions.ClientConfigurationError,
-        ) as exc:
-            raise ConfigurationError(f"{self!r}: {exc}") from exc
         except asyncpg.InterfaceError as exc:
             if isinstance(exc, ValueError):  # asyncpg's client-side DataError: a bad argument
                 raise TypeError(f"{self!r}: {exc}") from exc
             raise
+
+    def _translate(self, op: str, exc: Exception) -> IdemError | None:
+        """A missing table and a value beyond PostgreSQL's limits get their own message;
+        the rest is classified by the base class (``config_errors``, ``driver_errors``)."""
+        where = f"{self!r}.{op}"
+        if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
+            missing = self.inbox_table if self.inbox_table in str(exc) else self.table
+            return ConfigurationError(
+                f"{where}: table {missing!r} does not exist: run `telegram-idem migrate "
+                f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "
+                f"the store URL ({exc})"
+            )
+        if isinstance(exc, _VALUE_ERRORS):
+            return ConfigurationError(
+                f"{where}: PostgreSQL cannot store this value ({describe_error(exc)}); "
+                "keys longer than about 2,700 bytes exceed its index row limit, and text "
+                "columns refuse NUL"
+            )
+        return super()._translate(op, exc)
 
     def _now_args(self) -> tuple[float, ...]:
         return () if self._clock is None else (float(self._clock()),)

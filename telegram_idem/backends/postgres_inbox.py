@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 
 from telegram_idem.backends.postgres import _SERVER_NOW
 from telegram_idem.backends.postgres_schema import INBOX_COLUMNS, inbox_table_name
+from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
 
@@ -362,12 +363,12 @@ class PostgresInbox(Inbox):
 
     async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
         rows = await self._fetch(
-            "retry", "retry", entry.id, entry.token, float(delay), error, now=True
+            "retry", "retry", entry.id, entry.token, float(delay), storable_text(error), now=True
         )
         return bool(rows)
 
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:
-        return bool(await self._fetch("bury", "bury", entry.id, entry.token, error))
+        return bool(await self._fetch("bury", "bury", entry.id, entry.token, storable_text(error)))
 
     async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
         rows = await self._fetch("extend", "extend", entry.id, entry.token, float(lease), now=True)

@@ -41,10 +41,22 @@ caller as :class:`~telegram_idem.errors.StoreError` instead, and the next call
 reconnects. Calls beyond ``max_connections`` wait for a free connection (redis-py's
 pools would refuse them).
 
-Errors: connection errors, timeouts, cluster-down/try-again/master-down, a replica's
-READONLY, OOM, and the refusals BUSY, NOREPLICAS and MISCONF become
-:class:`~telegram_idem.errors.StoreError`; any other Redis error (a script error is a
-bug) propagates as redis-py raised it. See ``docs/store-redis.md``.
+Errors (every message names the store's host, port and database, never the password,
+and carries redis-py's own message):
+
+- :class:`~telegram_idem.errors.ConfigurationError`, at the first call, for what no
+  retry can fix: a wrong password or ACL user (``WRONGPASS``, ``NOAUTH``, an ``AUTH``
+  the server does not expect), a missing ACL permission (``NOPERM``), a database index
+  the server does not have (``redis://…/99``), a command the server does not know or
+  has renamed, a record key holding another type (``WRONGTYPE``: another program
+  writes under the store's ``key_prefix``);
+- :class:`~telegram_idem.errors.StoreError` for connection errors (a host name that does
+  not resolve included), timeouts, cluster-down/try-again/master-down, a replica's
+  READONLY, OOM, and the refusals BUSY, NOREPLICAS and MISCONF;
+- :class:`~telegram_idem.errors.StoreError` marked *unexpected* for any other Redis
+  error (a script error is a bug): never a raw redis-py exception.
+
+See ``docs/store-redis.md``.
 """
 
 from __future__ import annotations
@@ -66,9 +78,9 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from telegram_idem.backends import redis_scripts
-from telegram_idem.backends.base import Store
+from telegram_idem.backends.base import Store, describe_error
 from telegram_idem.clock import Clock
-from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.inbox.base import Inbox
 from telegram_idem.records import Claim, Outcome, Record, Status
 
@@ -86,6 +98,23 @@ _REFUSALS = frozenset({"BUSY", "NOREPLICAS", "MISCONF"})
 """Error codes redis-py raises as a plain ResponseError that mean "cannot answer now":
 another script is running too long; too few replicas in sync (``min-replicas-to-write``);
 a failed RDB save blocks writes (``stop-writes-on-bgsave-error``)."""
+_CONFIG_TEXTS = (
+    "DB index is out of range",
+    "ERR DB index is out of range",
+    "ERR invalid DB index",
+    "invalid DB index",
+    "Invalid Database",
+    "unknown command",
+    "ERR unknown command",
+    "NOAUTH",
+    "WRONGPASS",
+    "NOPERM",
+    "WRONGTYPE",
+)
+"""Starts of error messages (a plain ResponseError or ConnectionError in redis-py) that no
+retry can fix: a database index the server lacks (``SELECT`` at connect), a command the
+server does not know or has renamed, missing or wrong credentials, a missing ACL right,
+a key of the store's prefix holding another type (another program shares the prefix)."""
 _SINGLE_PASSTHROUGH = frozenset(
     {
         "db",
@@ -189,6 +218,16 @@ class RedisStore(Store):
         OSError,
         asyncio.TimeoutError,
     )
+    config_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        rexc.AuthenticationError,  # WRONGPASS, NOAUTH, AUTH without a password set
+        rexc.AuthorizationError,
+        rexc.AuthenticationWrongNumberOfArgsError,
+        rexc.NoPermissionError,  # NOPERM: the ACL user lacks a command or key
+    )
+    driver_base: ClassVar[tuple[type[BaseException], ...]] = (
+        rexc.RedisError,
+        rexc.RedisClusterException,
+    )
 
     def __init__(
         self,
@@ -226,6 +265,9 @@ class RedisStore(Store):
         # runs, so concurrent calls beyond the pool size wait here instead of failing
         # with MaxConnectionsError (redis-py's pools refuse, they do not queue).
         self._gate = asyncio.Semaphore(_pool_size(client))
+
+    def __repr__(self) -> str:
+        return f"RedisStore({_location(self._client)!r}, key_prefix={self.key_prefix!r})"
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> RedisStore:
@@ -307,20 +349,36 @@ class RedisStore(Store):
             self._discovered = True
 
     def _failure(self, exc: Exception) -> Exception:
-        """The exception to raise for ``exc``: itself (a driver error, which the base
-        class wraps, or a bug), or a :class:`StoreError` / :class:`ConfigurationError`
-        for what redis-py reports with a generic class."""
+        """The exception to raise for ``exc``: itself (a driver error, which
+        :meth:`_translate` turns into a library error, or a bug), or the library error
+        for a failed cluster discovery."""
         if isinstance(exc, self.driver_errors):
             self._discovered = False  # a cluster client re-discovers after an outage
             return exc
-        if isinstance(exc, rexc.ResponseError) and str(exc).split(" ", 1)[0] in _REFUSALS:
-            return StoreError(f"Redis refused the call: {exc}", original=exc)
-        if isinstance(exc, rexc.RedisClusterException):
+        if isinstance(exc, rexc.RedisClusterException) and _is_discovery(exc):
             return _discovery_failure(exc)
         return exc
 
     def _is_outage(self, exc: Exception) -> bool:
-        return isinstance(exc, self.driver_errors) or isinstance(self._failure(exc), StoreError)
+        if _is_config(exc):
+            return False
+        return (
+            isinstance(exc, self.driver_errors)
+            or _is_refusal(exc)
+            or (isinstance(exc, rexc.RedisClusterException) and _is_discovery(exc))
+        )
+
+    def _translate(self, op: str, exc: Exception) -> IdemError | None:
+        """Redis tells some errors apart only by their text: see the module docstring."""
+        where = f"{self!r}.{op}"
+        if _is_config(exc):
+            return ConfigurationError(
+                f"{where}: {describe_error(exc)} (check the password, ACL user, database "
+                "number and key_prefix in the store URL, and the server's version)"
+            )
+        if _is_refusal(exc):
+            return StoreError(f"{where}: Redis refused the call: {exc}", original=exc)
+        return super()._translate(op, exc)
 
     async def _run(self, script: _Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         await self._ready()
@@ -492,6 +550,31 @@ _DISCOVERY_OUTAGES = ("cannot be connected", "not covered", "could not agree")
 def _is_discovery(exc: rexc.RedisClusterException) -> bool:
     text = str(exc)
     return "Cluster mode is not enabled" in text or any(m in text for m in _DISCOVERY_OUTAGES)
+
+
+def _is_config(exc: BaseException) -> bool:
+    if isinstance(exc, RedisStore.config_errors):
+        return True
+    return isinstance(exc, rexc.ResponseError | rexc.ConnectionError) and str(exc).startswith(
+        _CONFIG_TEXTS
+    )
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, rexc.ResponseError) and str(exc).split(" ", 1)[0] in _REFUSALS
+
+
+def _location(client: RedisClient) -> str:
+    """``host:port/db`` of a single-node client (``unix:<path>/db`` for a socket), the
+    startup nodes of a cluster client; never credentials."""
+    if isinstance(client, RedisCluster):
+        nodes = ",".join(f"{n.host}:{n.port}" for n in client.startup_nodes)
+        return f"cluster {nodes}"
+    kwargs = client.connection_pool.connection_kwargs
+    db = kwargs.get("db", 0)
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}/{db}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
 
 
 def _discovery_failure(exc: rexc.RedisClusterException) -> Exception:

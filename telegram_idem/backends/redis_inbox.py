@@ -85,6 +85,7 @@ from typing import Any
 
 from telegram_idem.backends import redis_scripts
 from telegram_idem.backends.redis import UPDATE_KEY, RedisStore, _ms, _Script
+from telegram_idem.backends.text import storable_text
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
@@ -390,7 +391,7 @@ class RedisInbox(Inbox):
         return None if row is None or row is False else _entry(row)
 
     async def _held_op(self, op: str, entry: InboxEntry, *, ms: int = 0, error: str = "") -> bool:
-        args = [op, entry.id.encode(), str(entry.token), str(ms), error.encode()]
+        args = [op, entry.id.encode(), str(entry.token), str(ms), storable_text(error).encode()]
         return bool(await self._script(op, _HELD, args))
 
     async def ack(self, entry: InboxEntry) -> bool:

@@ -90,6 +90,7 @@ class SQLiteStore(Store):
 
     schemes = ("sqlite",)
     driver_errors = (sqlite3.OperationalError, sqlite3.InterfaceError, OSError)
+    driver_base = (sqlite3.Error,)
 
     def __init__(
         self,
@@ -110,6 +111,9 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._inbox: Inbox | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:

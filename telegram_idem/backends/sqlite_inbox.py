@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
 
@@ -136,11 +137,13 @@ class SQLiteInbox(Inbox):
             "UPDATE idem_inbox SET status = 'pending', available_at = :now + :delay, "
             f"lease_expires_at = 0, last_error = :error WHERE {_HELD}"
         )
-        return await self._held_update("retry", entry, sql, {"delay": delay, "error": error})
+        return await self._held_update(
+            "retry", entry, sql, {"delay": delay, "error": storable_text(error)}
+        )
 
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:
         sql = f"UPDATE idem_inbox SET status = 'dead', last_error = :error WHERE {_HELD}"
-        return await self._held_update("bury", entry, sql, {"error": error})
+        return await self._held_update("bury", entry, sql, {"error": storable_text(error)})
 
     async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
         sql = f"UPDATE idem_inbox SET lease_expires_at = :now + :lease WHERE {_HELD}"

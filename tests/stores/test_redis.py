@@ -456,14 +456,18 @@ async def test_cluster_claim_many_survives_script_flush(
         await store.close()
 
 
-async def test_a_script_error_propagates_as_is(redis_url_factory: Callable[[], str]) -> None:
+async def test_a_foreign_key_under_the_prefix_is_a_configuration_error(
+    redis_url_factory: Callable[[], str],
+) -> None:
+    """WRONGTYPE: another program writes under the store's key_prefix. No retry can fix
+    it, and the raw redis-py error never escapes."""
     store = RedisStore(redis_url_factory())
     try:
         await store.client.set(store.redis_key(KEY), b"not a hash")
-        with pytest.raises(rexc.ResponseError) as info:
+        with pytest.raises(ConfigurationError) as info:
             await store.claim(KEY, lease=LEASE, retention=RETENTION)
-        assert not isinstance(info.value, StoreError)
-        assert "WRONGTYPE" in str(info.value)
+        assert isinstance(info.value.__cause__, rexc.ResponseError)
+        assert "WRONGTYPE" in str(info.value) and "key_prefix" in str(info.value)
     finally:
         await store.client.delete(store.redis_key(KEY))
         await store.close()
