@@ -72,6 +72,7 @@ def ptb_webhook(
     idem: Idem,
     *,
     secret_token: str | None,
+    allow_unauthenticated: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
     bot_id: int | None = None,
 ) -> Handler:
@@ -87,8 +88,10 @@ def ptb_webhook(
             (its ``on_store_error`` applies to the answer too).
         idem: the processor's guard.
         secret_token: the ``secret_token`` given to ``setWebhook`` (Bot API, ``setWebhook``:
-            sent back in ``X-Telegram-Bot-Api-Secret-Token``); ``None`` accepts any POST
-            and logs a WARNING: anyone who finds the URL can then forge updates.
+            sent back in ``X-Telegram-Bot-Api-Secret-Token``), or ``None`` with
+            ``allow_unauthenticated=True``.
+        allow_unauthenticated: with ``secret_token=None``, accept any POST; a WARNING is
+            logged now (anyone who finds the URL can then forge updates).
         max_body: largest body accepted, bytes.
         bot_id: the bot's id (default: the number before ``:`` in the application's token).
 
@@ -97,10 +100,18 @@ def ptb_webhook(
 
     Raises:
         ConfigurationError: the application has no ``IdempotentUpdateProcessor`` over
-            ``idem``, or ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``).
+            ``idem``; ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``);
+            ``secret_token=None`` without ``allow_unauthenticated=True``, or both given.
     """
     processor = _processor(application, idem)
     secret = check_secret_token(secret_token)
+    if secret is None and not allow_unauthenticated:
+        raise ConfigurationError(
+            "ptb_webhook needs the secret_token given to setWebhook; pass "
+            "allow_unauthenticated=True to accept forged updates from anyone"
+        )
+    if secret is not None and allow_unauthenticated:
+        raise ConfigurationError("ptb_webhook: allow_unauthenticated=True contradicts a secret")
     if secret is None:
         log.warning("ptb_webhook without a secret_token accepts forged updates from anyone")
     bot = bot_id if bot_id is not None else bot_id_from_token(application.bot.token)
@@ -144,6 +155,7 @@ def ptb_webhook_app(
     idem: Idem,
     *,
     secret_token: str | None,
+    allow_unauthenticated: bool = False,
     path: str = "/webhook",
     max_body: int = DEFAULT_MAX_BODY,
 ) -> web.Application:
@@ -155,7 +167,13 @@ def ptb_webhook_app(
     Raises:
         ConfigurationError: as :func:`ptb_webhook`.
     """
-    handler = ptb_webhook(application, idem, secret_token=secret_token, max_body=max_body)
+    handler = ptb_webhook(
+        application,
+        idem,
+        secret_token=secret_token,
+        allow_unauthenticated=allow_unauthenticated,
+        max_body=max_body,
+    )
     web_app = web.Application()
     web_app.router.add_post(path, handler)
 

@@ -129,6 +129,20 @@ async def test_ptb_webhook_needs_the_idempotent_processor(api: FakeBotAPI) -> No
         ptb_webhook(build(api, Idem("memory://")), idem, secret_token=SECRET)
 
 
+async def test_ptb_webhook_needs_a_secret_unless_opted_out(
+    api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    idem = Idem("memory://")
+    app = build(api, idem)
+    with pytest.raises(ConfigurationError, match="allow_unauthenticated"):
+        ptb_webhook(app, idem, secret_token=None)
+    with pytest.raises(ConfigurationError, match="contradicts"):
+        ptb_webhook(app, idem, secret_token=SECRET, allow_unauthenticated=True)
+    with caplog.at_level(logging.WARNING, logger="telegram_idem.webhook"):
+        ptb_webhook(app, idem, secret_token=None, allow_unauthenticated=True)
+    assert any("forged" in r.getMessage() for r in caplog.records)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
