@@ -1,11 +1,9 @@
 """The python-telegram-bot adapter with a real ``Application`` talking to FakeBotAPI.
 
 Updates are the shipped payloads, made into ``telegram.Update`` with ``Update.de_json`` and
-fed the two ways PTB receives them: through ``application.update_queue`` (what
-``run_polling`` / ``run_webhook`` do, so the update processor runs) and through
-``application.process_update`` (handlers only). Both guard installations are exercised:
-``"processor"`` (:class:`IdempotentUpdateProcessor`) and ``"group"``
-(:func:`install_update_guard`, handler group -1).
+fed the way PTB receives them: through ``application.update_queue`` (what
+``run_polling`` / ``run_webhook`` do, so the :class:`IdempotentUpdateProcessor` runs), and
+through ``application.process_update`` (handlers only) for ``@idempotent`` alone.
 """
 
 from __future__ import annotations
@@ -52,8 +50,6 @@ CHAT = 5550001001
 App = Application[Any, Any, Any, Any, Any, Any]
 Ctx = ContextTypes.DEFAULT_TYPE
 
-MODES = ["processor", "group"]
-
 
 @pytest.fixture
 async def api() -> AsyncIterator[FakeBotAPI]:
@@ -77,23 +73,16 @@ async def broken_idem(tmp_path: Path) -> AsyncIterator[Idem]:
     await guard.close()
 
 
-def build(api: FakeBotAPI, idem: Idem, mode: str, *, concurrency: int = 1, **options: Any) -> App:
-    """An application against FakeBotAPI with the guard installed the ``mode`` way."""
+def build(api: FakeBotAPI, idem: Idem, *, concurrency: int = 1, **options: Any) -> App:
+    """An application against FakeBotAPI guarded by an ``IdempotentUpdateProcessor``."""
     builder = (
         ApplicationBuilder()
         .token(TOKEN)
         .base_url(api.ptb_base_url)
         .base_file_url(f"{api.url}/file/bot")
+        .concurrent_updates(IdempotentUpdateProcessor(idem, concurrency, **options))
     )
-    if mode == "processor":
-        builder = builder.concurrent_updates(
-            IdempotentUpdateProcessor(idem, concurrency, **options)
-        )
-    else:
-        builder = builder.concurrent_updates(concurrency)
     app: App = builder.build()
-    if mode == "group":
-        install_update_guard(app, idem, **options)
     return app
 
 
@@ -150,17 +139,14 @@ def test_templates_render_against_ptb_updates() -> None:
 # ----------------------------------------------------------------- update guard
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_sequential_duplicates_never_reach_the_handler(
-    api: FakeBotAPI, idem: Idem, mode: str
-) -> None:
+async def test_sequential_duplicates_never_reach_the_handler(api: FakeBotAPI, idem: Idem) -> None:
     seen: list[int] = []
 
     async def techpost(update: Update, context: Ctx) -> None:
         assert update.message is not None
         seen.append(update.message.message_id)
 
-    app = build(api, idem, mode)
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", techpost))
     update = load_fixture("techpost_command")
     async with running(app):
@@ -174,9 +160,8 @@ async def test_sequential_duplicates_never_reach_the_handler(
     assert not [w for w in caught if "never awaited" in str(w.message)]
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_twenty_concurrent_deliveries_run_the_handler_once(
-    api: FakeBotAPI, idem: Idem, mode: str
+    api: FakeBotAPI, idem: Idem
 ) -> None:
     runs: list[str] = []
 
@@ -185,37 +170,12 @@ async def test_twenty_concurrent_deliveries_run_the_handler_once(
         runs.append(update.callback_query.id)
         await asyncio.sleep(0.01)  # let the other deliveries in while this one runs
 
-    app = build(api, idem, mode, concurrency=20)
+    app = build(api, idem, concurrency=20)
     app.add_handler(CallbackQueryHandler(on_tap))
     update = load_fixture("callback_delete")
     async with running(app):
         await feed(app, *[update] * 20)
     assert runs == ["4382910027364512345"]
-
-
-async def test_group_guard_with_process_update_directly(api: FakeBotAPI, idem: Idem) -> None:
-    """The group -1 handler also guards ``process_update`` calls (no processor involved)."""
-    runs: list[int] = []
-
-    async def handler(update: Update, context: Ctx) -> None:
-        runs.append(update.update_id)
-        await asyncio.sleep(0.01)
-
-    app = build(api, idem, "group")
-    app.add_handler(CommandHandler("techpost", handler))
-    await app.initialize()
-    try:
-        payload = load_fixture("techpost_command")
-        await asyncio.gather(
-            *(
-                app.process_update(Update.de_json(copy.deepcopy(payload), app.bot))
-                for _ in range(20)
-            )
-        )
-        await app.process_update(Update.de_json(payload, app.bot))
-    finally:
-        await app.shutdown()
-    assert runs == [734519001]
 
 
 async def test_failing_handler_releases_the_claim_so_a_redelivery_runs(
@@ -232,7 +192,7 @@ async def test_failing_handler_releases_the_claim_so_a_redelivery_runs(
     async def on_error(update: object, context: Ctx) -> None:
         reported.append(context.error)
 
-    app = build(api, idem, "processor")
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", flaky))
     app.add_error_handler(on_error)
     update = load_fixture("techpost_no_title")
@@ -247,26 +207,15 @@ async def test_failing_handler_releases_the_claim_so_a_redelivery_runs(
     assert await update_status(idem, update["update_id"]) is Status.COMPLETED
 
 
-async def test_failing_handler_under_the_group_guard_is_not_retried(
+async def test_install_update_guard_is_refused_and_names_the_processor(
     api: FakeBotAPI, idem: Idem
 ) -> None:
-    """Documented limit: the group -1 guard completes the claim before the handlers run."""
-    attempts: list[int] = []
-
-    async def flaky(update: Update, context: Ctx) -> None:
-        attempts.append(1)
-        raise ConnectionError("github 502")
-
-    async def on_error(update: object, context: Ctx) -> None:
-        pass
-
-    app = build(api, idem, "group")
-    app.add_handler(CommandHandler("techpost", flaky))
-    app.add_error_handler(on_error)
-    update = load_fixture("techpost_no_title")
-    async with running(app):
-        await feed(app, update, update)
-    assert attempts == [1]
+    """The group -1 guard completed the claim before the handlers ran, so a handler that
+    raised lost every re-delivery; it is gone, and calling it says what to use."""
+    app: App = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+    with pytest.raises(ConfigurationError, match="IdempotentUpdateProcessor"):
+        install_update_guard(app, idem)
+    assert app.handlers == {}  # nothing half-installed
 
 
 async def test_processor_logs_handler_errors_when_no_error_handler_is_registered(
@@ -275,7 +224,7 @@ async def test_processor_logs_handler_errors_when_no_error_handler_is_registered
     async def broken(update: Update, context: Ctx) -> None:
         raise ValueError("boom")
 
-    app = build(api, idem, "processor")
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", broken))
     with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
         async with running(app):
@@ -283,16 +232,13 @@ async def test_processor_logs_handler_errors_when_no_error_handler_is_registered
     assert any(r.exc_info and isinstance(r.exc_info[1], ValueError) for r in caplog.records)
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_unknown_update_type_passes_through_unguarded(
-    api: FakeBotAPI, idem: Idem, mode: str
-) -> None:
+async def test_unknown_update_type_passes_through_unguarded(api: FakeBotAPI, idem: Idem) -> None:
     seen: list[Mapping[str, Any]] = []
 
     async def anything(update: Update, context: Ctx) -> None:
         seen.append(update.api_kwargs)
 
-    app = build(api, idem, mode)
+    app = build(api, idem)
     app.add_handler(TypeHandler(Update, anything))
     update = {"update_id": 1, "future_thing": {"id": "abc", "from": {"id": CHAT}}}
     async with running(app):
@@ -307,7 +253,7 @@ async def test_non_update_objects_pass_through_the_processor(api: FakeBotAPI, id
     async def custom(update: object, context: Ctx) -> None:
         seen.append(update)
 
-    app = build(api, idem, "processor")
+    app = build(api, idem)
     app.add_handler(TypeHandler(dict, custom))
     async with running(app):
         await app.update_queue.put({"source": "payment-webhook"})
@@ -318,9 +264,8 @@ async def test_non_update_objects_pass_through_the_processor(api: FakeBotAPI, id
 # ------------------------------------------------------------- store outages
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_fail_closed_drops_the_update_and_reports_the_store_error(
-    api: FakeBotAPI, broken_idem: Idem, mode: str, caplog: pytest.LogCaptureFixture
+    api: FakeBotAPI, broken_idem: Idem, caplog: pytest.LogCaptureFixture
 ) -> None:
     runs: list[int] = []
     reported: list[BaseException | None] = []
@@ -331,7 +276,7 @@ async def test_fail_closed_drops_the_update_and_reports_the_store_error(
     async def on_error(update: object, context: Ctx) -> None:
         reported.append(context.error)
 
-    app = build(api, broken_idem, mode)
+    app = build(api, broken_idem)
     app.add_handler(CommandHandler("techpost", techpost))
     app.add_error_handler(on_error)
     with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
@@ -342,16 +287,15 @@ async def test_fail_closed_drops_the_update_and_reports_the_store_error(
     assert any("fail_closed" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_fail_open_processes_the_update_unguarded(
-    api: FakeBotAPI, broken_idem: Idem, mode: str, caplog: pytest.LogCaptureFixture
+    api: FakeBotAPI, broken_idem: Idem, caplog: pytest.LogCaptureFixture
 ) -> None:
     runs: list[int] = []
 
     async def techpost(update: Update, context: Ctx) -> None:
         runs.append(1)
 
-    app = build(api, broken_idem, mode, on_store_error="fail_open")
+    app = build(api, broken_idem, on_store_error="fail_open")
     app.add_handler(CommandHandler("techpost", techpost))
     with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
         async with running(app):
@@ -363,9 +307,8 @@ async def test_fail_open_processes_the_update_unguarded(
 # ----------------------------------------------------------------- action guard
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_double_tap_runs_the_action_once_and_answers_both_queries(
-    api: FakeBotAPI, idem: Idem, mode: str
+    api: FakeBotAPI, idem: Idem
 ) -> None:
     deletions: list[str] = []
 
@@ -386,7 +329,7 @@ async def test_double_tap_runs_the_action_once_and_answers_both_queries(
         await update.callback_query.answer()  # every query, duplicates included
         results.append(await delete_post(update, context))
 
-    app = build(api, idem, mode, concurrency=2)
+    app = build(api, idem, concurrency=2)
     app.add_handler(CallbackQueryHandler(on_tap, pattern="^del:"))
     first = load_fixture("callback_delete")
     second = make_double_tap(first)
@@ -411,9 +354,8 @@ def title_generator() -> tuple[list[str], Callable[[], str]]:
     return made, generate
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_techpost_without_title_delivered_five_times_runs_once(
-    api: FakeBotAPI, idem: Idem, mode: str
+    api: FakeBotAPI, idem: Idem
 ) -> None:
     made, generate = title_generator()
 
@@ -424,7 +366,7 @@ async def test_techpost_without_title_delivered_five_times_runs_once(
         await context.bot.send_message(update.effective_chat.id, f"✅ Published: {title}")
         return title
 
-    app = build(api, idem, mode)
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", techpost))
     update = load_fixture("techpost_no_title")
     async with running(app):
@@ -433,9 +375,8 @@ async def test_techpost_without_title_delivered_five_times_runs_once(
     assert [m.text for m in api.messages(CHAT)] == ["✅ Published: 웹훅 재시도 1"]
 
 
-@pytest.mark.parametrize("mode", MODES)
 async def test_same_command_as_new_updates_replays_the_stored_title(
-    api: FakeBotAPI, idem: Idem, mode: str
+    api: FakeBotAPI, idem: Idem
 ) -> None:
     """Different update ids pass the update guard; the action key collapses them."""
     made, generate = title_generator()
@@ -451,7 +392,7 @@ async def test_same_command_as_new_updates_replays_the_stored_title(
     async def techpost(update: Update, context: Ctx) -> None:
         titles.append(await publish(update, context))
 
-    app = build(api, idem, mode)
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", techpost))
     update = load_fixture("techpost_no_title")
     async with running(app):
@@ -471,7 +412,7 @@ async def test_the_processor_binds_the_update_for_the_core_api(api: FakeBotAPI, 
         async with bound.idem.chat_lock() as lock:
             got["lock"] = lock.record.key
 
-    app = build(api, idem, "processor")
+    app = build(api, idem)
     app.add_handler(CommandHandler("draft", handler))
     async with running(app):
         await feed(app, load_fixture("group_command_with_botname"))
@@ -502,7 +443,7 @@ async def test_idempotent_without_any_guard_installed_names_the_fix(api: FakeBot
     finally:
         await app.shutdown()
     assert len(errors) == 1 and isinstance(errors[0], ConfigurationError)
-    assert "install_update_guard" in str(errors[0])
+    assert "IdempotentUpdateProcessor" in str(errors[0])
 
 
 async def test_idempotent_finds_an_idem_put_in_bot_data(api: FakeBotAPI, idem: Idem) -> None:
@@ -533,26 +474,7 @@ def test_idempotent_needs_an_async_callback() -> None:
         idempotent(key="x")(sync)  # type: ignore[arg-type]
 
 
-async def test_processor_and_group_guard_together_still_run_each_update_once(
-    api: FakeBotAPI, idem: Idem
-) -> None:
-    """Installing both must not make the group guard drop the processor's own claim."""
-    runs: list[int] = []
-
-    async def techpost(update: Update, context: Ctx) -> None:
-        runs.append(update.update_id)
-
-    app = build(api, idem, "processor")
-    install_update_guard(app, idem)
-    app.add_handler(CommandHandler("techpost", techpost))
-    update = load_fixture("techpost_command")
-    async with running(app):
-        await feed(app, update, update)
-    assert runs == [734519001]
-
-
-@pytest.mark.parametrize("mode", MODES)
-async def test_polling_redelivery_is_dropped(api: FakeBotAPI, idem: Idem, mode: str) -> None:
+async def test_polling_redelivery_is_dropped(api: FakeBotAPI, idem: Idem) -> None:
     """``getUpdates`` through PTB's updater (what ``run_polling`` runs): an update that
     comes back (e.g. a batch re-fetched after a restart) is not processed twice."""
     runs: list[int] = []
@@ -560,7 +482,7 @@ async def test_polling_redelivery_is_dropped(api: FakeBotAPI, idem: Idem, mode: 
     async def techpost(update: Update, context: Ctx) -> None:
         runs.append(update.update_id)
 
-    app = build(api, idem, mode)
+    app = build(api, idem)
     app.add_handler(CommandHandler("techpost", techpost))
     update = load_fixture("techpost_command")
     api.queue_update(update)

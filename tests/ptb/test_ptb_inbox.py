@@ -9,16 +9,18 @@ from typing import Any
 
 import pytest
 from telegram import Update
-from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
+from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes, TypeHandler
 
 from telegram_idem import Idem
 from telegram_idem.adapters import ptb
 from telegram_idem.inbox.worker import InboxWorker
+from telegram_idem.ingress.polling import PollingIngress
 from telegram_idem.ingress.webhook import new_entry
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import load_fixture
 
 TOKEN = "7000000001:AAptb-inbox"
+BOT = 7000000001
 
 
 @pytest.fixture
@@ -62,4 +64,43 @@ async def test_a_failed_update_is_retried_and_its_action_runs_once(idem: Idem) -
             await app.shutdown()
     assert attempts == [1, 1]  # the worker retried the failed update
     assert bodies == [4121]  # the action ran once; the retry replayed it
+    assert await inbox.dead_letters() == []
+
+
+async def test_polling_into_the_inbox_through_a_ptb_bot_duplicates_nothing(idem: Idem) -> None:
+    """``ptb_get_updates`` feeds ``PollingIngress`` as ``aiogram_get_updates`` does: a batch
+    re-fetched after a crash (no offset confirmed it) is admitted once, and the worker runs
+    each update once through the PTB application."""
+    seen: list[int] = []
+
+    async def on_any(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        seen.append(update.update_id)
+
+    async with FakeBotAPI(long_poll_cap=0.05) as api:
+        app: Any = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+        app.add_handler(TypeHandler(Update, on_any))
+        await app.initialize()
+        try:
+            names = ("techpost_command", "techpost_no_title", "inline_query")
+            for name in names:
+                api.queue_update(load_fixture(name))
+            first = PollingIngress(idem, ptb.ptb_get_updates(app.bot), bot_id=BOT, poll_timeout=0)
+            assert await first.poll_once() == 3
+            assert first.admitted == 3
+            # The process dies before the next getUpdates confirmed the batch.
+            second = PollingIngress(idem, ptb.ptb_get_updates(app.bot), bot_id=BOT, poll_timeout=0)
+            assert await second.poll_once() == 3
+            assert (second.admitted, second.duplicates) == (0, 3)
+            assert second.offset == 734519050 + 1
+            assert await second.poll_once() == 0  # the offset confirmed the batch
+            inbox = idem.store.inbox()
+            worker = InboxWorker(
+                inbox, ptb.inbox_dispatch(app, idem), backoff_base=0.01, poll_interval=0.01
+            )
+            worker.start()
+            await worker.drain(limit=30)
+            await worker.stop()
+        finally:
+            await app.shutdown()
+    assert sorted(seen) == sorted(load_fixture(n)["update_id"] for n in names)
     assert await inbox.dead_letters() == []

@@ -1,0 +1,354 @@
+"""The update guard as a python-telegram-bot 22 update processor.
+
+Import it from :mod:`telegram_idem.adapters.ptb`. What it answers follows the shared
+admission rule (:mod:`telegram_idem.admission`): only a completed update is dropped as a
+duplicate; an update in progress elsewhere is waited for about one lease, so a dead
+holder's update is run here by takeover when its lease ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable
+from typing import Any
+
+from telegram import Update
+from telegram.ext import BaseUpdateProcessor
+
+from telegram_idem.adapters.keyed_locks import KeyedLocks
+from telegram_idem.adapters.ptb_common import (
+    RUN,
+    AnyApplication,
+    AnyContext,
+    Run,
+    StorePolicy,
+    application_of,
+    close_unrun,
+    is_known,
+    log,
+    register_guard,
+    update_to_dict,
+)
+from telegram_idem.admission import Verdict, verdict_for
+from telegram_idem.errors import ConfigurationError, StoreError, UpdateInProgressError
+from telegram_idem.guard import Idem
+from telegram_idem.records import Claim
+from telegram_idem.updates import bot_id_from_token, ordering_key
+
+__all__ = ["TAKEOVER_MARGIN", "IdempotentUpdateProcessor"]
+
+TAKEOVER_MARGIN = 2.0
+"""Seconds added to the lease for the default ``in_progress_wait``: a dead holder's lease
+has ended by then even if it was renewed just before the holder died."""
+
+
+class _HandlerFailed(Exception):
+    """A handler raised (PTB gave the error to the error handlers): release the claim."""
+
+
+class IdempotentUpdateProcessor(BaseUpdateProcessor):
+    """A PTB update processor that runs each update at most once per ``(bot_id, update_id)``,
+    one update at a time per chat.
+
+    Use with ``ApplicationBuilder().concurrent_updates(IdempotentUpdateProcessor(idem, 8))``.
+    For each ``telegram.Update`` of a known type it admits the update guard key
+    ``{bot_id}:u:{update_id}`` (bot id: the number before ``:`` in the token) with
+    :meth:`Idem.admit_update`, then, by the verdict (:mod:`telegram_idem.admission`):
+
+    * ``RUN`` (new, or taken over from a holder whose lease ended): runs every handler group
+      with the update bound (``@idempotent``, steps and :meth:`Idem.chat_lock` work in
+      blocking handlers), then completes the claim; if a handler raised (PTB hands the
+      error to the error handlers) the claim is released instead, so a re-delivery runs
+      the update again;
+    * ``DUPLICATE`` (completed before): the update's coroutine is closed unrun;
+    * ``NOT_YET`` (another holder's lease is alive): the processor keeps looking for
+      ``in_progress_wait`` seconds, so an update whose holder was killed (a restart that
+      re-reads the batch within the lease) runs here once that lease ends. A holder still
+      alive after the wait is logged at ERROR and an
+      :class:`~telegram_idem.errors.UpdateInProgressError` goes to the error handlers:
+      PTB confirms the update regardless, so it is never dropped silently;
+    * store outage: the ``on_store_error`` policy below.
+
+    Ordering (``ordered=True``, the default): updates with the same ordering unit
+    (:func:`telegram_idem.updates.ordering_key`: the chat, else the user) run one after
+    another in the order PTB queued them, while other units run in parallel, up to
+    ``max_concurrent_updates`` at once. An update waiting for its chat does not take one
+    of those places, so one busy chat never stalls the others.
+
+    Errors are detected through an error handler this processor registers first in
+    ``application.error_handlers`` when it first sees the application (or on
+    :meth:`attach`); when it is the only error handler it logs the exception as PTB would.
+    Handlers with ``block=False`` run after the claim completed and are not covered by the
+    release-on-error rule, nor by the ordering.
+
+    ``do_process_update`` never raises (except cancellation): in PTB's sequential mode an
+    exception would stop the update fetcher. Problems go to the application's error
+    handlers and to the ``telegram_idem.ptb`` logger instead.
+
+    Behind PTB's own webhook server (``run_webhook``) the update was answered ``200``
+    before it reached the processor, so a store outage loses it: the processor logs a
+    WARNING on its first update there. Use :func:`~telegram_idem.adapters.ptb.ptb_webhook`.
+
+    Args:
+        idem: the guard (the caller owns it: :meth:`shutdown` does not close it).
+        max_concurrent_updates: updates processed at once (≥ 1; ``ValueError`` otherwise).
+        on_store_error: ``"fail_closed"`` (default): the update is not processed, an
+            ERROR is logged and the :class:`StoreError` is given to the error handlers.
+            With PTB's own polling or webhook server the update is acknowledged to
+            Telegram regardless, so it is lost (``ptb_webhook`` answers 503 instead).
+            ``"fail_open"``: processed unguarded, ERROR logged.
+        bot_id: the bot's id, if updates may arrive without a bot attached (default: from
+            the token of ``update.get_bot()`` or of the application's bot).
+        ordered: serialise the updates of one chat (see above); ``False``: any order.
+        in_progress_wait: seconds to keep looking at an update in progress elsewhere
+            (default: ``idem.lease`` + :data:`TAKEOVER_MARGIN`); ``0`` reports it at once.
+
+    Raises:
+        ValueError: ``max_concurrent_updates`` < 1 or ``in_progress_wait`` < 0.
+    """
+
+    __slots__ = (
+        "_attached",
+        "_busy",
+        "_checked",
+        "_handed_over",
+        "_limit",
+        "_order",
+        "_places",
+        "bot_id",
+        "idem",
+        "in_progress_wait",
+        "on_store_error",
+        "ordered",
+    )
+
+    def __init__(
+        self,
+        idem: Idem,
+        max_concurrent_updates: int = 1,
+        *,
+        on_store_error: StorePolicy = "fail_closed",
+        bot_id: int | None = None,
+        ordered: bool = True,
+        in_progress_wait: float | None = None,
+    ) -> None:
+        self._limit = max_concurrent_updates
+        super().__init__(max_concurrent_updates)
+        wait = idem.lease + TAKEOVER_MARGIN if in_progress_wait is None else in_progress_wait
+        if wait < 0:
+            raise ValueError("in_progress_wait must be >= 0 seconds")
+        self.idem = idem
+        self.on_store_error: StorePolicy = on_store_error
+        self.bot_id = bot_id
+        self.ordered = ordered
+        self.in_progress_wait = wait
+        self._places = asyncio.Semaphore(max_concurrent_updates)
+        self._busy = 0
+        self._order = KeyedLocks()
+        self._handed_over: dict[tuple[int, int], Claim] = {}
+        self._attached: weakref.WeakSet[AnyApplication] = weakref.WeakSet()
+        self._checked: weakref.WeakSet[AnyApplication] = weakref.WeakSet()
+
+    @property
+    def max_concurrent_updates(self) -> int:
+        """Updates processed at once at most."""
+        return self._limit
+
+    @property
+    def current_concurrent_updates(self) -> int:
+        """Updates being processed now (a snapshot; updates waiting for their chat are not
+        counted)."""
+        return self._busy
+
+    async def initialize(self) -> None:
+        """Nothing to allocate (the :class:`Idem` is the caller's)."""
+
+    async def shutdown(self) -> None:
+        """Nothing to free (close the :class:`Idem` yourself after ``application.shutdown``)."""
+
+    def attach(self, application: AnyApplication) -> None:
+        """Register this guard for ``application`` (for ``idem_of`` and the PTB
+        ``idempotent``) and put the failure-detecting error handler first. Done
+        automatically on the first update; call it yourself (e.g. in ``post_init``) to
+        use ``idem_of`` before any update arrives. Idempotent."""
+        if application in self._attached:
+            return
+        register_guard(application, self.idem)
+        others = dict(application.error_handlers)
+        others.pop(self._on_error, None)
+        application.error_handlers.clear()
+        application.error_handlers[self._on_error] = True
+        application.error_handlers.update(others)
+        self._attached.add(application)
+
+    def hand_over(self, claim: Claim, *, bot_id: int, update_id: int) -> None:
+        """Give the processor a claim acquired before the update was queued (a webhook
+        that claimed before answering): the update ``update_id`` of ``bot_id`` then runs
+        under that claim instead of being admitted again."""
+        self._handed_over[(bot_id, update_id)] = claim
+
+    async def _on_error(self, update: object, context: AnyContext) -> None:
+        run = RUN.get()
+        if run is not None and not run.finished:
+            run.error = context.error
+        if self._alone(context.application):
+            # PTB logs "No error handlers are registered" only when there are none at all.
+            log.error("update %r raised in a handler", update, exc_info=context.error)
+
+    def _alone(self, application: AnyApplication) -> bool:
+        handlers: dict[Any, Any] = application.error_handlers
+        return len(handlers) == 1 and self._on_error in handlers
+
+    def _check_ingress(self, application: AnyApplication) -> None:
+        if application in self._checked:
+            return
+        self._checked.add(application)
+        updater = application.updater
+        # PTB keeps its running webhook server (Tornado) on the updater.
+        if updater is not None and getattr(updater, "_httpd", None) is not None:
+            log.warning(
+                "IdempotentUpdateProcessor runs behind PTB's own webhook server "
+                "(run_webhook / start_webhook), which answers Telegram 200 before the "
+                "update is claimed: a store outage or a failed update is then lost. Serve "
+                "telegram_idem.adapters.ptb.ptb_webhook instead (see docs/deploy-ptb.md)."
+            )
+
+    def _bot_id(self, update: Update, application: AnyApplication | None) -> int:
+        if self.bot_id is not None:
+            return self.bot_id
+        try:
+            return bot_id_from_token(update.get_bot().token)
+        except RuntimeError:
+            if application is None:
+                raise ConfigurationError(
+                    "this update has no bot attached: pass bot_id= to the processor"
+                ) from None
+            return bot_id_from_token(application.bot.token)
+
+    async def _report(
+        self, application: AnyApplication | None, update: object, error: Exception
+    ) -> None:
+        if application is None or self._alone(application):
+            return  # logged by the caller; nobody else to tell
+        await application.process_error(update=update, error=error)
+
+    # PTB marks ``process_update`` final; it is overridden to take the chat's turn *before*
+    # a place among ``max_concurrent_updates``, so updates waiting behind their chat never
+    # hold a place another chat could use. It does what PTB's does: limit, then
+    # ``do_process_update``.
+    async def process_update(  # type: ignore[misc]
+        self, update: object, coroutine: Awaitable[Any]
+    ) -> None:
+        """Wait for the update's chat (``ordered``) and for a free place, then
+        :meth:`do_process_update` (called by PTB)."""
+        raw = update_to_dict(update) if isinstance(update, Update) else None
+        key = ordering_key(raw) if raw is not None and self.ordered else None
+        async with self._order.hold(key), self._places:
+            self._busy += 1
+            try:
+                await self._process(update, raw, coroutine)
+            finally:
+                self._busy -= 1
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        """Process one update under the update guard (see the class doc).
+
+        Args:
+            update: what PTB took from its update queue (``telegram.Update`` or anything
+                else: non-updates pass through).
+            coroutine: PTB's ``Application.process_update(update)``, not yet started; closed
+                unrun for a duplicate, an update still in progress elsewhere, or a
+                fail-closed outage.
+        """
+        raw = update_to_dict(update) if isinstance(update, Update) else None
+        await self._process(update, raw, coroutine)
+
+    async def _process(
+        self, update: object, raw: dict[str, Any] | None, coroutine: Awaitable[Any]
+    ) -> None:
+        application = application_of(coroutine)
+        if application is not None:
+            self.attach(application)
+            self._check_ingress(application)
+        if not isinstance(update, Update) or raw is None or not is_known(raw):
+            await coroutine
+            return
+        try:
+            bot_id = self._bot_id(update, application)
+            claim = self._handed_over.pop((bot_id, update.update_id), None)
+            if claim is None:
+                claim = await self.idem.admit_update(raw, bot_id=bot_id, wait=self.in_progress_wait)
+        except StoreError as exc:
+            if self.on_store_error == "fail_open":
+                log.error(
+                    "store outage: update %s processed unguarded (fail_open)", update.update_id
+                )
+                await coroutine
+                return
+            close_unrun(coroutine)
+            log.error(
+                "store outage: update %s not processed (fail_closed): %s", update.update_id, exc
+            )
+            await self._report(application, update, exc)
+            return
+        except Exception as exc:
+            close_unrun(coroutine)
+            log.error("update %s not processed", update.update_id, exc_info=exc)
+            await self._report(application, update, exc)
+            return
+        if verdict_for(claim.outcome) is Verdict.DUPLICATE:
+            close_unrun(coroutine)  # completed before: its handlers never run again
+            return
+        await self._run_claimed(update, raw, coroutine, bot_id, claim, application)
+
+    async def _run_claimed(
+        self,
+        update: Update,
+        raw: dict[str, Any],
+        coroutine: Awaitable[Any],
+        bot_id: int,
+        claim: Claim,
+        application: AnyApplication | None,
+    ) -> None:
+        run = Run()
+
+        async def call() -> None:
+            await coroutine
+            run.ran = True
+            if run.error is not None:
+                raise _HandlerFailed(repr(run.error)) from run.error
+
+        reset = RUN.set(run)
+        try:
+            await self.idem.process_update(raw, call, bot_id=bot_id, claim=claim)
+        except _HandlerFailed:
+            log.info(
+                "update %s: a handler raised; claim released so a re-delivery runs it again",
+                update.update_id,
+            )
+        except UpdateInProgressError as exc:
+            close_unrun(coroutine)
+            log.error(
+                "update %s is still in progress elsewhere after waiting %s s: NOT processed "
+                "here. PTB confirms it to Telegram regardless, so only its live holder can "
+                "finish it (a second poller or replica?)",
+                update.update_id,
+                self.in_progress_wait,
+            )
+            await self._report(application, update, exc)
+        except Exception as exc:
+            if run.ran:
+                log.error(
+                    "update %s was processed but its completion was not stored (%s); a "
+                    "re-delivery after the lease (%s s) would run it again",
+                    update.update_id,
+                    exc,
+                    self.idem.lease,
+                )
+            else:
+                log.error("update %s failed outside its handlers", update.update_id, exc_info=exc)
+            await self._report(application, update, exc)
+        finally:
+            run.finished = True
+            RUN.reset(reset)

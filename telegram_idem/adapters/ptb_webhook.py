@@ -1,0 +1,196 @@
+"""A webhook for python-telegram-bot 22 that decides before it answers (aiohttp).
+
+PTB's own webhook server (``run_webhook``) puts each update in the update queue and
+answers ``200`` at once, so nothing that happens after (a store outage, an update still
+in progress elsewhere) can make Telegram re-send it. This request handler claims the
+update guard first and answers by the shared admission rule
+(:mod:`telegram_idem.admission`); then the application's
+:class:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor` runs the update under that
+claim.
+
+| request                                           | answer                              |
+|---------------------------------------------------|-------------------------------------|
+| secret header missing or wrong                    | 401                                 |
+| body over ``max_body`` bytes                      | 413                                 |
+| not JSON, no integer ``update_id``, PTB cannot parse it | 400                           |
+| the application is not running                    | 503 (re-sent later)                 |
+| update of a type this version does not know       | 200, queued untouched (unguarded)   |
+| new update (``RUN``)                              | 200 once claimed; processed from the queue |
+| completed before (``DUPLICATE``)                  | 200, not processed                  |
+| in progress elsewhere (``NOT_YET``)               | 503: re-sent, run by takeover after the holder's lease |
+| store outage, processor ``fail_closed`` (default) | 503: Telegram re-sends later        |
+| store outage, processor ``fail_open``             | 200, queued (processed unguarded)   |
+
+A 200 means the update was claimed and queued in this process: a crash after it leaves
+the claim to expire, and Telegram does not re-send. For updates that must survive a
+crash, admit them to the durable inbox instead
+(:class:`~telegram_idem.ingress.webhook.WebhookIngress` with
+:func:`~telegram_idem.adapters.ptb.inbox_dispatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+from telegram import Update
+
+from telegram_idem.adapters.ptb_common import AnyApplication, is_known
+from telegram_idem.adapters.ptb_processor import IdempotentUpdateProcessor
+from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
+from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
+from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.guard import Idem
+from telegram_idem.updates import bot_id_from_token
+
+__all__ = ["Handler", "ptb_webhook", "ptb_webhook_app"]
+
+log = logging.getLogger("telegram_idem.webhook")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+"""An aiohttp request handler."""
+
+
+def _processor(application: AnyApplication, idem: Idem) -> IdempotentUpdateProcessor:
+    processor = application.update_processor
+    if not isinstance(processor, IdempotentUpdateProcessor):
+        raise ConfigurationError(
+            "ptb_webhook needs the application built with "
+            "ApplicationBuilder().concurrent_updates(IdempotentUpdateProcessor(idem, n)): "
+            "the processor runs the updates the webhook claimed"
+        )
+    if processor.idem is not idem:
+        raise ConfigurationError(
+            "ptb_webhook got another Idem than the application's IdempotentUpdateProcessor"
+        )
+    return processor
+
+
+def ptb_webhook(
+    application: AnyApplication,
+    idem: Idem,
+    *,
+    secret_token: str | None,
+    allow_unauthenticated: bool = False,
+    max_body: int = DEFAULT_MAX_BODY,
+    bot_id: int | None = None,
+) -> Handler:
+    """The aiohttp request handler for Telegram's webhook POSTs (see the module's table):
+    ``web_app.router.add_post("/webhook", ptb_webhook(application, idem, secret_token=S))``.
+
+    The application must be running (``await application.initialize()`` and
+    ``await application.start()``; :func:`ptb_webhook_app` does both) and must not run
+    PTB's own updater as well.
+
+    Args:
+        application: the PTB application, built with ``IdempotentUpdateProcessor(idem, n)``
+            (its ``on_store_error`` applies to the answer too).
+        idem: the processor's guard.
+        secret_token: the ``secret_token`` given to ``setWebhook`` (Bot API, ``setWebhook``:
+            sent back in ``X-Telegram-Bot-Api-Secret-Token``), or ``None`` with
+            ``allow_unauthenticated=True``.
+        allow_unauthenticated: with ``secret_token=None``, accept any POST; a WARNING is
+            logged now (anyone who finds the URL can then forge updates).
+        max_body: largest body accepted, bytes.
+        bot_id: the bot's id (default: the number before ``:`` in the application's token).
+
+    Returns:
+        The request handler; it raises ``aiohttp.web.HTTPException`` for the non-200 rows.
+
+    Raises:
+        ConfigurationError: the application has no ``IdempotentUpdateProcessor`` over
+            ``idem``; ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``);
+            ``secret_token=None`` without ``allow_unauthenticated=True``, or both given.
+    """
+    processor = _processor(application, idem)
+    secret = check_secret_token(secret_token)
+    if secret is None and not allow_unauthenticated:
+        raise ConfigurationError(
+            "ptb_webhook needs the secret_token given to setWebhook; pass "
+            "allow_unauthenticated=True to accept forged updates from anyone"
+        )
+    if secret is not None and allow_unauthenticated:
+        raise ConfigurationError("ptb_webhook: allow_unauthenticated=True contradicts a secret")
+    if secret is None:
+        log.warning("ptb_webhook without a secret_token accepts forged updates from anyone")
+    bot = bot_id if bot_id is not None else bot_id_from_token(application.bot.token)
+    processor.attach(application)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = await read_update(request, secret=secret, max_body=max_body)
+        try:
+            update = Update.de_json(raw, application.bot)
+        except Exception as exc:
+            log.error("update %s does not parse: %r", raw.get("update_id"), exc)
+            raise web.HTTPBadRequest(text="update does not parse") from None
+        if not application.running:
+            raise web.HTTPServiceUnavailable(text="application not running")
+        if not is_known(raw):
+            await application.update_queue.put(update)
+            return web.Response(text="ok")
+        try:
+            claim = await idem.admit_update(raw, bot_id=bot, wait=0)
+        except StoreError as exc:
+            if processor.on_store_error == "fail_closed":
+                log.warning("store outage: update %s refused with 503: %s", raw["update_id"], exc)
+                raise web.HTTPServiceUnavailable(text="store unavailable") from None
+            log.error("store outage: update %s queued unguarded (fail_open)", raw["update_id"])
+            await application.update_queue.put(update)
+            return web.Response(text="ok")
+        verdict = verdict_for(claim.outcome)
+        if verdict is Verdict.NOT_YET:
+            return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
+        if verdict is Verdict.DUPLICATE:
+            return web.Response(text="duplicate")
+        processor.hand_over(claim, bot_id=bot, update_id=update.update_id)
+        await application.update_queue.put(update)
+        return web.Response(text="ok")
+
+    return handle
+
+
+def ptb_webhook_app(
+    application: AnyApplication,
+    idem: Idem,
+    *,
+    secret_token: str | None,
+    allow_unauthenticated: bool = False,
+    path: str = "/webhook",
+    max_body: int = DEFAULT_MAX_BODY,
+) -> web.Application:
+    """An aiohttp application serving :func:`ptb_webhook` at ``path`` that initialises and
+    starts ``application`` on start-up, and stops and shuts it down on clean-up (after the
+    queued updates were processed). Serve it with ``aiohttp.web.run_app(web_app,
+    port=8443)``; call ``setWebhook`` yourself (e.g. in the application's ``post_init``).
+
+    Raises:
+        ConfigurationError: as :func:`ptb_webhook`.
+    """
+    handler = ptb_webhook(
+        application,
+        idem,
+        secret_token=secret_token,
+        allow_unauthenticated=allow_unauthenticated,
+        max_body=max_body,
+    )
+    web_app = web.Application()
+    web_app.router.add_post(path, handler)
+
+    async def lifecycle(_: web.Application) -> AsyncIterator[None]:
+        await application.initialize()
+        if application.post_init is not None:
+            await application.post_init(application)
+        await application.start()
+        try:
+            yield
+        finally:
+            await application.stop()
+            if application.post_stop is not None:
+                await application.post_stop(application)
+            await application.shutdown()
+            if application.post_shutdown is not None:
+                await application.post_shutdown(application)
+
+    web_app.cleanup_ctx.append(lifecycle)
+    return web_app

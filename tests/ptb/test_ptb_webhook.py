@@ -1,0 +1,183 @@
+"""Item: a PTB webhook that decides before it answers.
+
+PTB's ``run_webhook`` answers 200 as soon as the update is queued, so a store outage
+loses it. ``ptb_webhook`` claims first: 503 on an outage or while another holder's lease
+is alive, 200 once claimed; the application's processor then runs the update under that
+claim. Real ``Application``, real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from ptb_support import BOT, TOKEN, App, build, running
+from telegram import Update
+from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
+
+from telegram_idem import Idem, Status
+from telegram_idem.adapters.ptb import ptb_webhook, ptb_webhook_app
+from telegram_idem.errors import ConfigurationError
+from telegram_idem.records import Outcome
+from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
+from telegram_idem.testing.loopback import serve_app
+
+Ctx = ContextTypes.DEFAULT_TYPE
+SECRET = "ptb-webhook-secret"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeBotAPI]:
+    async with FakeBotAPI() as fake:
+        yield fake
+
+
+def techpost_app(api: FakeBotAPI, idem: Idem, runs: list[int]) -> App:
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(update.update_id)
+
+    app = build(api, idem, concurrency=4)
+    app.add_handler(CommandHandler("techpost", techpost))
+    return app
+
+
+async def serve(app: App, idem: Idem) -> tuple[aiohttp.web.AppRunner, str]:
+    runner, base = await serve_app(ptb_webhook_app(app, idem, secret_token=SECRET))
+    return runner, f"{base}/webhook"
+
+
+async def test_store_outage_is_answered_503_and_nothing_runs(
+    api: FakeBotAPI, tmp_path: Path
+) -> None:
+    broken = Idem("sqlite:///" + str(tmp_path))  # SQLite cannot open a directory
+    runs: list[int] = []
+    app = techpost_app(api, broken, runs)
+    runner, url = await serve(app, broken)
+    try:
+        async with TelegramDelivery(url, secret_token=SECRET, max_attempts=1) as tg:
+            report = await tg.deliver(load_fixture("techpost_command"))
+    finally:
+        await runner.cleanup()
+        await broken.close()
+    assert report.statuses == [503]
+    assert runs == []
+
+
+async def test_claimed_then_200_runs_once_and_a_resend_is_a_duplicate(
+    api: FakeBotAPI, tmp_path: Path
+) -> None:
+    idem = Idem(f"sqlite:///{tmp_path / 'bot.db'}")
+    runs: list[int] = []
+    app = techpost_app(api, idem, runs)
+    runner, url = await serve(app, idem)
+    update = load_fixture("techpost_command")
+    try:
+        async with TelegramDelivery(url, secret_token=SECRET, max_attempts=1) as tg:
+            first = await tg.deliver(update)
+            await app.update_queue.join()
+            again = await tg.deliver(update)
+            await app.update_queue.join()
+        async with TelegramDelivery(url, secret_token="wrong", max_attempts=1) as forged:
+            refused = await forged.deliver(update)
+        record = await idem.store.get(idem.keys.update(BOT, update["update_id"]))
+    finally:
+        await runner.cleanup()
+        await idem.close()
+    assert (first.statuses, again.statuses, refused.statuses) == ([200], [200], [401])
+    assert runs == [update["update_id"]]
+    assert record is not None and record.status is Status.COMPLETED
+
+
+async def test_in_progress_elsewhere_is_503_until_the_dead_holders_lease_ends(
+    api: FakeBotAPI, tmp_path: Path
+) -> None:
+    url_db = f"sqlite:///{tmp_path / 'bot.db'}"
+    update = load_fixture("techpost_command")
+    killed = Idem(url_db, lease=0.5, heartbeat=False)  # a run killed mid-handler
+    assert (await killed.claim_update(update, bot_id=BOT)).outcome is Outcome.ACQUIRED
+    await killed.close()
+    idem = Idem(url_db, lease=0.5)
+    runs: list[int] = []
+    app = techpost_app(api, idem, runs)
+    runner, url = await serve(app, idem)
+    try:
+        # Telegram re-sends until a 2xx; here every 0.2 s, up to 2 s in all.
+        async with TelegramDelivery(
+            url, secret_token=SECRET, retry_delay=0.2, max_attempts=10
+        ) as tg:
+            report = await tg.deliver(update)
+        await app.update_queue.join()
+    finally:
+        await runner.cleanup()
+        await idem.close()
+    assert report.statuses[0] == 503
+    assert report.statuses[-1] == 200
+    assert runs == [update["update_id"]]
+
+
+async def test_ptb_webhook_needs_the_idempotent_processor(api: FakeBotAPI) -> None:
+    idem = Idem("memory://")
+    plain: App = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+    with pytest.raises(ConfigurationError, match="IdempotentUpdateProcessor"):
+        ptb_webhook(plain, idem, secret_token=SECRET)
+    with pytest.raises(ConfigurationError, match="another Idem"):
+        ptb_webhook(build(api, Idem("memory://")), idem, secret_token=SECRET)
+
+
+async def test_ptb_webhook_needs_a_secret_unless_opted_out(
+    api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    idem = Idem("memory://")
+    app = build(api, idem)
+    with pytest.raises(ConfigurationError, match="allow_unauthenticated"):
+        ptb_webhook(app, idem, secret_token=None)
+    with pytest.raises(ConfigurationError, match="contradicts"):
+        ptb_webhook(app, idem, secret_token=SECRET, allow_unauthenticated=True)
+    with caplog.at_level(logging.WARNING, logger="telegram_idem.webhook"):
+        ptb_webhook(app, idem, secret_token=None, allow_unauthenticated=True)
+    assert any("forged" in r.getMessage() for r in caplog.records)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_the_processor_warns_behind_ptbs_own_webhook_server(
+    api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    idem = Idem("memory://")
+    runs: list[int] = []
+    app = techpost_app(api, idem, runs)
+    port = free_port()
+    with caplog.at_level(logging.WARNING, logger="telegram_idem.ptb"):
+        async with running(app):
+            assert app.updater is not None
+            await app.updater.start_webhook(
+                listen="127.0.0.1",
+                port=port,
+                url_path="webhook",
+                webhook_url=f"http://127.0.0.1:{port}/webhook",
+                secret_token=SECRET,
+            )
+            try:
+                async with TelegramDelivery(
+                    f"http://127.0.0.1:{port}/webhook", secret_token=SECRET, max_attempts=1
+                ) as tg:
+                    report = await tg.deliver(load_fixture("techpost_command"))
+                await app.update_queue.join()
+            finally:
+                await app.updater.stop()
+    await idem.close()
+    assert report.statuses == [200] and runs == [734519001]
+    assert any(
+        r.levelno == logging.WARNING and "PTB's own webhook server" in r.getMessage()
+        for r in caplog.records
+    )
