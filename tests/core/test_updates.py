@@ -30,7 +30,7 @@ EXPECTED: dict[str, tuple[str, int | None, int | None, str | None]] = {
         "message",
         -1001234567890,
         5550002002,
-        "chat:-1001234567890",
+        "chat:-1001234567890:topic:77",  # a forum topic is its own unit
     ),
     "inline_query": ("inline_query", None, 5550003003, "user:5550003003"),
     "my_chat_member": ("my_chat_member", -1001234567890, 5550002002, "chat:-1001234567890"),
