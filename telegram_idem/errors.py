@@ -8,6 +8,8 @@
     ├── ConfigurationError           a bad store URL, option or template
     │   └── KeyTemplateError         a key template names a field the update lacks
     ├── MalformedUpdateError         not a Bot API update (no integer ``update_id``)
+    ├── PermanentUpdateError         an update that can never be processed: the inbox
+    │                                 worker dead-letters it at once, without retries
     ├── ClaimError                   a decision about one key; carries ``key`` and ``record``
     │   ├── ConflictError            same key, different fingerprint
     │   ├── InProgressError          another holder's lease is alive (policy ``raise``,
@@ -44,6 +46,7 @@ __all__ = [
     "LockHeldError",
     "LostClaimError",
     "MalformedUpdateError",
+    "PermanentUpdateError",
     "ResultEncodingError",
     "StoreError",
     "StoredFailureError",
@@ -89,6 +92,12 @@ class MalformedUpdateError(IdemError, ValueError):
 
     Source: Bot API, "Getting updates" → ``Update`` (``update_id`` is an Integer).
     """
+
+
+class PermanentUpdateError(IdemError):
+    """An update that no retry can process (the framework cannot parse it, it was rejected
+    at admission). Raise it from an inbox dispatch to send the entry to the dead letters
+    at once instead of retrying it while its chat waits."""
 
 
 class ClaimError(IdemError):

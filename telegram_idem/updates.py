@@ -2,7 +2,11 @@
 
 Source: Bot API, "Getting updates" → ``Update``: exactly one optional field besides
 ``update_id`` is present in each update. Types added after this list are passed through
-untouched: :func:`update_type` names them, the shorthand readers return ``None``.
+untouched: :func:`update_type` names them, and the readers look for the usual ``chat`` /
+``from`` / ``user`` fields in their payload (``None`` when absent).
+
+The unit of per-chat ordering (:func:`ordering_key`) is the chat, split by business
+connection and by forum topic; see its docstring.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from telegram_idem.errors import MalformedUpdateError
 __all__ = [
     "KNOWN_UPDATE_TYPES",
     "bot_id_from_token",
+    "business_connection_id",
     "callback_data",
     "chat_id",
     "message_id",
     "ordering_key",
     "payload",
     "thread_id",
+    "topic_id",
     "update_type",
     "user_id",
     "validate_update",
@@ -50,8 +56,14 @@ KNOWN_UPDATE_TYPES: tuple[str, ...] = (
     "chat_join_request",
     "chat_boost",
     "removed_chat_boost",
+    "managed_bot",
+    "guest_message",
+    "subscription",
 )
-"""Update types of the Bot API ``Update`` object, in the order the Bot API lists them."""
+"""Update types of the Bot API ``Update`` object, in the order the Bot API lists them
+(``managed_bot``: ``ManagedBotUpdated``, Bot API 9.6; ``guest_message``: a ``Message``
+sent to a guest bot, Bot API 10.0; ``subscription``: ``BotSubscriptionUpdated``, a user's
+payment subscription changed — each carries the user in ``user`` or ``from``)."""
 
 _MESSAGE_LIKE = {
     "message",
@@ -60,6 +72,7 @@ _MESSAGE_LIKE = {
     "edited_channel_post",
     "business_message",
     "edited_business_message",
+    "guest_message",
 }
 
 
@@ -174,11 +187,57 @@ def callback_data(update: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def business_connection_id(update: Mapping[str, Any]) -> str | None:
+    """The business connection the update came through (``business_connection_id`` of a
+    business message, a callback query on one, deleted business messages; the ``id`` of a
+    ``business_connection`` update), or ``None``. Bot API, "BusinessConnection"."""
+    body = payload(update)
+    if update_type(update) == "business_connection":
+        value = _get(body, "id")
+    else:
+        value = _get(_message(update), "business_connection_id")
+        if value is None:
+            value = _get(body, "business_connection_id")
+    return value if isinstance(value, str) and value else None
+
+
+def topic_id(update: Mapping[str, Any]) -> int | None:
+    """The forum topic of the update's message: its ``message_thread_id`` when the message
+    is a topic message (``is_topic_message``) or its chat is a forum (``chat.is_forum``);
+    ``None`` otherwise — a reply thread of a plain group is not a topic. Bot API,
+    "Message" and "Chat"."""
+    msg = _message(update)
+    if msg is None or not (msg.get("is_topic_message") is True or _get(msg, "chat", "is_forum")):
+        return None
+    value = msg.get("message_thread_id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def ordering_key(update: Mapping[str, Any]) -> str | None:
-    """The unit of per-chat ordering: ``chat:<id>``, else ``user:<id>`` (inline queries,
-    poll answers), else ``None``."""
+    """The default unit of per-chat ordering.
+
+    ``chat:<chat id>``, else ``user:<user id>`` (inline queries, poll answers, …), else
+    ``None`` (no ordering: the update is a unit of its own); then
+
+    - ``:topic:<message_thread_id>`` for a message in a forum topic (:func:`topic_id`), so
+      topics of one forum never wait for each other;
+    - prefixed by ``biz:<business_connection_id>:`` for business updates, so a customer
+      writing to two businesses served by one bot is two units.
+
+    E.g. ``chat:42``, ``chat:-1001:topic:20``, ``biz:AbC:chat:42``, ``user:7``. The inbox
+    can use another rule and puts callback queries in a lane of their own:
+    :class:`telegram_idem.inbox.entries.Ordering`.
+    """
     chat = chat_id(update)
     if chat is not None:
-        return f"chat:{chat}"
-    user = user_id(update)
-    return f"user:{user}" if user is not None else None
+        unit = f"chat:{chat}"
+    else:
+        user = user_id(update)
+        if user is None:
+            return None
+        unit = f"user:{user}"
+    topic = topic_id(update)
+    if topic is not None:
+        unit += f":topic:{topic}"
+    biz = business_connection_id(update)
+    return f"biz:{biz}:{unit}" if biz is not None else unit

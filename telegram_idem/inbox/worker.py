@@ -1,10 +1,27 @@
 """Workers: take inbox entries with a lease, run the bot's dispatch, ack.
 
 Many chats run in parallel (``concurrency`` tasks); the inbox guarantees at most one entry
-per chat is in flight, in admission order. A failure is retried with exponential backoff
-(``backoff_base * 2**(attempt-1)`` seconds, at most ``backoff_max``); after
-``max_attempts`` the entry becomes a dead letter an operator can list and re-drive. A
-worker that dies leaves its entry in flight until the lease ends; then another takes it.
+per ordering unit is in flight, in admission order. A failure is retried with exponential
+backoff (``backoff_base * 2**(attempt-1)`` seconds, at most ``backoff_max``); after
+``max_attempts`` the entry becomes a dead letter an operator can list and re-drive.
+
+Nothing runs forever and nothing loops forever:
+
+- a dispatch that does not finish within ``handler_timeout`` is cancelled and counts as a
+  failed attempt;
+- an error that no retry can fix (``permanent_errors``: the framework cannot parse the
+  update, a rejected entry) makes a dead letter at once, so its chat does not wait;
+- a worker that dies (or blocks its event loop past the lease) leaves its entry in flight
+  until the lease ends; then another takes it. Attempts are counted at take, so an entry
+  whose lease keeps running out is buried by the taker once it has been taken more than
+  ``max_attempts`` times, instead of being run again;
+- a heartbeat extends the lease every ``lease / 3`` s; when it could not run for more
+  than half the lease (the event loop was blocked: ``time.sleep``, CPU work) the worker
+  logs an ERROR, since another worker may have taken the entry meanwhile.
+
+While the inbox cannot answer (a store outage) each task waits with exponential backoff
+(from ``poll_interval`` up to ``outage_backoff_max`` s); the worker logs one line when the
+outage starts, one per ``outage_log_interval`` while it lasts, and one when it ends.
 Graceful shutdown (:meth:`InboxWorker.stop`) finishes in-flight entries within a grace
 period and returns the rest to the inbox.
 """
@@ -13,20 +30,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from telegram_idem.errors import StoreError
+from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError, StoreError
 from telegram_idem.inbox.base import Inbox, InboxEntry
+from telegram_idem.inbox.entries import decode_payload
 
-__all__ = ["Dispatch", "InboxWorker"]
+__all__ = ["DEFAULT_PERMANENT_ERRORS", "Dispatch", "InboxWorker"]
 
 log = logging.getLogger("telegram_idem.worker")
 
 Dispatch = Callable[[dict[str, Any]], Awaitable[Any]]
 """Processes one update (a Bot API update dict); raising means "retry"."""
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _default_permanent() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = [PermanentUpdateError, MalformedUpdateError]
+    try:  # aiogram parses updates with pydantic; a ValidationError never heals
+        from pydantic import ValidationError
+    except ImportError:  # pragma: no cover - pydantic comes with aiogram
+        pass
+    else:
+        found.append(ValidationError)
+    return tuple(found)
+
+
+DEFAULT_PERMANENT_ERRORS: tuple[type[BaseException], ...] = _default_permanent()
+"""Errors that dead-letter an entry at once: :class:`~telegram_idem.errors.PermanentUpdateError`,
+:class:`~telegram_idem.errors.MalformedUpdateError` and pydantic's ``ValidationError``
+(aiogram cannot parse the update) when pydantic is installed."""
+
+
+class _Beat:
+    """When the heartbeat of one run last ran, and whether its lateness was reported."""
+
+    __slots__ = ("last", "reported")
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.reported = False
 
 
 class InboxWorker:
@@ -35,11 +83,24 @@ class InboxWorker:
     Args:
         inbox: the inbox (``store.inbox()``).
         dispatch: processes one update: e.g. :func:`telegram_idem.adapters.aiogram.inbox_dispatch`.
-        concurrency: entries processed at once (different chats).
+        concurrency: entries processed at once (different ordering units).
         lease: seconds an entry is held; a heartbeat extends it every ``lease / 3``.
-        max_attempts: takes before an entry becomes a dead letter (≥ 1).
+        max_attempts: takes before an entry becomes a dead letter (≥ 1); also the cap on
+            takes of an entry whose lease keeps running out.
         backoff_base, backoff_max: seconds of the retry delay schedule.
-        poll_interval: seconds to wait when the inbox is empty (or until :meth:`notify`).
+        poll_interval: seconds to wait when the inbox is empty (or until :meth:`notify`);
+            also the first delay of the outage backoff.
+        handler_timeout: seconds one dispatch may run before it is cancelled and counted
+            as a failed attempt (default 15 min); ``None`` for no limit.
+        permanent_errors: exception types that dead-letter an entry at once, without
+            retries (default :data:`DEFAULT_PERMANENT_ERRORS`).
+        outage_backoff_max: longest wait, seconds, between takes while the inbox is down.
+        outage_log_interval: seconds between "still unavailable" lines during an outage.
+        sleep: how the outage backoff waits (tests inject one).
+
+    Raises:
+        ValueError: ``concurrency`` or ``max_attempts`` < 1, ``lease`` ≤ 0, or
+            ``handler_timeout`` ≤ 0.
     """
 
     def __init__(
@@ -53,9 +114,16 @@ class InboxWorker:
         backoff_base: float = 1.0,
         backoff_max: float = 300.0,
         poll_interval: float = 0.5,
+        handler_timeout: float | None = 900.0,
+        permanent_errors: tuple[type[BaseException], ...] = DEFAULT_PERMANENT_ERRORS,
+        outage_backoff_max: float = 30.0,
+        outage_log_interval: float = 60.0,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         if concurrency < 1 or max_attempts < 1 or lease <= 0:
             raise ValueError("concurrency and max_attempts must be ≥ 1 and lease > 0")
+        if handler_timeout is not None and handler_timeout <= 0:
+            raise ValueError("handler_timeout must be > 0 seconds (or None for no limit)")
         self.inbox = inbox
         self.dispatch = dispatch
         self.concurrency = concurrency
@@ -64,10 +132,19 @@ class InboxWorker:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.poll_interval = poll_interval
+        self.handler_timeout = handler_timeout
+        self.permanent_errors = permanent_errors
+        self.outage_backoff_max = outage_backoff_max
+        self.outage_log_interval = outage_log_interval
+        self.sleep = sleep
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._in_flight: dict[asyncio.Task[Any], InboxEntry] = {}
+        self._down_since: float | None = None  # wall clock, for the log
+        self._down_at = 0.0  # monotonic
+        self._down_reported = 0.0
+        self._down_polls = 0
         self.processed = 0
         self.failures = 0
 
@@ -78,6 +155,16 @@ class InboxWorker:
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before attempt ``attempts + 1``."""
         return float(min(self.backoff_base * 2 ** max(attempts - 1, 0), self.backoff_max))
+
+    def outage_backoff(self, failed_polls: int) -> float:
+        """Seconds to wait after ``failed_polls`` takes in a row found the inbox down."""
+        exponent = min(max(failed_polls - 1, 0), 32)
+        return float(min(self.poll_interval * 2**exponent, self.outage_backoff_max))
+
+    @property
+    def inbox_down_since(self) -> float | None:
+        """Seconds since the epoch when the current outage began, or ``None``."""
+        return self._down_since
 
     async def run_once(self) -> bool:
         """Take and process one entry; ``False`` if none was takeable.
@@ -98,6 +185,9 @@ class InboxWorker:
             raise
         if entry is None:
             return False
+        if entry.attempts > self.max_attempts:
+            await self._bury_overtaken(entry)
+            return True
         task = asyncio.create_task(self._process(entry))
         self._in_flight[task] = entry
         try:
@@ -106,25 +196,46 @@ class InboxWorker:
             self._in_flight.pop(task, None)
         return True
 
+    async def _bury_overtaken(self, entry: InboxEntry) -> None:
+        error = (
+            f"taken {entry.attempts} times without finishing: its lease kept running out "
+            "(a handler blocking the event loop longer than the lease, or workers dying "
+            f"mid-run); last error: {entry.last_error}"
+        )
+        log.error("entry %s dead-lettered: %s", entry.id, error)
+        self.failures += 1
+        await self.inbox.bury(entry, error=error)
+
     async def _process(self, entry: InboxEntry) -> None:
-        beat = asyncio.create_task(self._heartbeat(entry))
+        beat = _Beat()
+        beating = asyncio.create_task(self._heartbeat(entry, beat))
+        scope = asyncio.timeout(self.handler_timeout)
         try:
-            await self.dispatch(json.loads(entry.payload))
+            async with scope:
+                await self.dispatch(decode_payload(entry.payload))
         except Exception as exc:
             self.failures += 1
-            await self._failed(entry, exc)
+            if isinstance(exc, TimeoutError) and scope.expired():
+                error = f"HandlerTimeout: the handler ran longer than {self.handler_timeout} s"
+                await self._failed(entry, error, permanent=False)
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                await self._failed(entry, error, permanent=isinstance(exc, self.permanent_errors))
             return
         finally:
-            beat.cancel()
+            beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await beat
+                await beating
+            self._check_beat(entry, beat)
         self.processed += 1
         if not await self.inbox.ack(entry):
             log.warning("entry %s finished after its lease was taken over", entry.id)
 
-    async def _failed(self, entry: InboxEntry, exc: Exception) -> None:
-        error = f"{type(exc).__name__}: {exc}"
-        if entry.attempts >= self.max_attempts:
+    async def _failed(self, entry: InboxEntry, error: str, *, permanent: bool) -> None:
+        if permanent:
+            log.error("entry %s dead-lettered at once (cannot succeed): %s", entry.id, error)
+            await self.inbox.bury(entry, error=error)
+        elif entry.attempts >= self.max_attempts:
             log.error(
                 "entry %s dead-lettered after %d attempts: %s", entry.id, entry.attempts, error
             )
@@ -140,9 +251,26 @@ class InboxWorker:
             )
             await self.inbox.retry(entry, delay=delay, error=error)
 
-    async def _heartbeat(self, entry: InboxEntry) -> None:
+    def _check_beat(self, entry: InboxEntry, beat: _Beat) -> None:
+        """ERROR once per run when the heartbeat could not run for over half a lease."""
+        now = time.monotonic()
+        gap = now - beat.last
+        beat.last = now
+        if gap > self.lease / 3 + self.lease / 2 and not beat.reported:
+            beat.reported = True
+            log.error(
+                "heartbeat of entry %s could not run for %.1f s (lease %.1f s): the event "
+                "loop was blocked (time.sleep, CPU-bound work?); another worker may have "
+                "taken the entry over",
+                entry.id,
+                gap,
+                self.lease,
+            )
+
+    async def _heartbeat(self, entry: InboxEntry, beat: _Beat) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
+            self._check_beat(entry, beat)
             try:
                 if not await self.inbox.extend(entry, lease=self.lease):
                     log.error("lease of entry %s lost", entry.id)
@@ -150,13 +278,43 @@ class InboxWorker:
             except StoreError:
                 log.warning("heartbeat of entry %s failed", entry.id, exc_info=True)
 
+    def _inbox_down(self, exc: StoreError) -> float:
+        """Record a failed poll; log as the module says; the seconds to wait."""
+        now = time.monotonic()
+        self._down_polls += 1
+        if self._down_since is None:
+            self._down_since = time.time()
+            self._down_at = self._down_reported = now
+            log.error("inbox unavailable since %s: %s", _when(self._down_since), exc)
+        elif now - self._down_reported >= self.outage_log_interval:
+            self._down_reported = now
+            log.error(
+                "inbox still unavailable since %s (%d failed polls): %s",
+                _when(self._down_since),
+                self._down_polls,
+                exc,
+            )
+        return self.outage_backoff(self._down_polls)
+
+    def _inbox_up(self) -> None:
+        if self._down_since is None:
+            return
+        log.warning(
+            "inbox available again after %.1f s down (%d failed polls)",
+            time.monotonic() - self._down_at,
+            self._down_polls,
+        )
+        self._down_since = None
+        self._down_polls = 0
+
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
                 took = await self.run_once()
-            except StoreError:
-                log.warning("inbox unavailable; retrying", exc_info=True)
-                took = False
+            except StoreError as exc:
+                await self.sleep(self._inbox_down(exc))
+                continue
+            self._inbox_up()
             if not took:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -203,3 +361,7 @@ class InboxWorker:
                     await asyncio.sleep(0.01)
                 elif self._tasks:
                     await asyncio.sleep(0.01)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")

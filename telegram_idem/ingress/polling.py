@@ -5,6 +5,11 @@ Telegram keeps an update until a getUpdates call with a higher ``offset`` confir
 (Bot API, ``getUpdates``). Admitting the batch *before* asking for the next offset means a
 crash between fetch and processing loses nothing (the batch is re-fetched), and the
 re-fetched batch duplicates nothing (the update guard knows its ids).
+
+One bad item never stalls polling: something in a batch that is not an update, or that
+cannot be encoded, is admitted as a rejected entry
+(:func:`~telegram_idem.inbox.entries.rejected_entry`) that the worker dead-letters at
+once, and the offset moves past it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import Any
 
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.ingress.webhook import new_entry
+from telegram_idem.inbox.base import NewEntry
+from telegram_idem.inbox.entries import Ordering, new_entry, rejected_entry
 from telegram_idem.logs import log_decision
 from telegram_idem.updates import validate_update
 
@@ -39,6 +45,9 @@ class PollingIngress:
         poll_timeout: seconds of long polling per call.
         error_delay: seconds to wait after a failed fetch or store outage.
         on_admitted: called after a batch admitted anything (e.g. ``worker.notify``).
+        ordering: how entries are ordered (default: chat, split by business connection
+            and forum topic; callback queries in their own lane) —
+            :class:`~telegram_idem.inbox.entries.Ordering`.
     """
 
     def __init__(
@@ -51,6 +60,7 @@ class PollingIngress:
         poll_timeout: float = 25.0,
         error_delay: float = 1.0,
         on_admitted: Callable[[], None] | None = None,
+        ordering: Ordering | None = None,
     ) -> None:
         self.idem = idem
         self.inbox = idem.store.inbox()
@@ -60,12 +70,18 @@ class PollingIngress:
         self.poll_timeout = poll_timeout
         self.error_delay = error_delay
         self.on_admitted = on_admitted
+        self.ordering = ordering
         self.offset: int | None = None
         self.admitted = 0
         self.duplicates = 0
+        self.rejected = 0
 
     async def poll_once(self) -> int:
         """Fetch one batch, admit it, advance the offset; returns updates fetched.
+
+        An item that is not an update (no integer ``update_id``) or cannot be encoded is
+        admitted as a rejected entry (a dead letter at its first take, logged at ERROR);
+        the offset moves past every integer ``update_id`` of the batch.
 
         Raises:
             StoreError: the batch could not be admitted (the offset did not move).
@@ -74,10 +90,11 @@ class PollingIngress:
         batch = await self.get_updates(self.offset, self.limit, self.poll_timeout)
         if not batch:
             return 0
-        updates = [validate_update(u) for u in batch]
-        entries = [new_entry(self.idem, u, bot_id=self.bot_id) for u in updates]
-        results = await self.inbox.admit_many(entries, retention=self.idem.update_retention)
-        for update, entry, fresh in zip(updates, entries, results, strict=True):
+        entries = [self._entry(item) for item in batch]
+        results = await self.inbox.admit_many(
+            [e for e, _ in entries], retention=self.idem.update_retention
+        )
+        for (entry, update), fresh in zip(entries, results, strict=True):
             log_decision(
                 boundary="update",
                 key=entry.update_key,
@@ -87,10 +104,28 @@ class PollingIngress:
         admitted = sum(results)
         self.admitted += admitted
         self.duplicates += len(results) - admitted
-        self.offset = max(u["update_id"] for u in updates) + 1
+        ids = [i for i in (_update_id(item) for item in batch) if i is not None]
+        if ids:
+            self.offset = max(max(ids) + 1, self.offset or 0)
+        else:
+            log.error("a getUpdates batch without any integer update_id: offset kept")
         if admitted and self.on_admitted is not None:
             self.on_admitted()
-        return len(updates)
+        return len(batch)
+
+    def _entry(self, item: object) -> tuple[NewEntry, dict[str, Any] | None]:
+        try:
+            update = validate_update(item)
+            return new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering), update
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "update %s rejected (kept as a dead letter, offset moves on): %s",
+                _update_id(item),
+                error,
+            )
+            self.rejected += 1
+            return rejected_entry(self.idem, item, bot_id=self.bot_id, error=error), None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set; errors wait ``error_delay`` and try again."""
@@ -103,3 +138,8 @@ class PollingIngress:
             except Exception:
                 log.warning("getUpdates failed", exc_info=True)
                 await asyncio.sleep(self.error_delay)
+
+
+def _update_id(item: object) -> int | None:
+    uid = item.get("update_id") if isinstance(item, dict) else None
+    return uid if isinstance(uid, int) and not isinstance(uid, bool) else None

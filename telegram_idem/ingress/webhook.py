@@ -20,7 +20,6 @@ answer in milliseconds means it never re-sends for slowness.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,23 +30,13 @@ from aiohttp import web
 from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.inbox.base import NewEntry
+from telegram_idem.inbox.entries import Ordering, new_entry
 from telegram_idem.inbox.worker import Dispatch
 from telegram_idem.logs import log_decision
-from telegram_idem.updates import ordering_key
 
 __all__ = ["WebhookIngress", "new_entry"]
 
 log = logging.getLogger("telegram_idem.ingress")
-
-
-def new_entry(idem: Idem, update: dict[str, Any], *, bot_id: int) -> NewEntry:
-    """The inbox entry for a validated update."""
-    return NewEntry(
-        update_key=idem.keys.update(bot_id, update["update_id"]),
-        ordering_key=ordering_key(update),
-        payload=json.dumps(update, ensure_ascii=False, separators=(",", ":")).encode(),
-    )
 
 
 class WebhookIngress:
@@ -62,6 +51,9 @@ class WebhookIngress:
             in-process with ``fail_open_dispatch`` (unguarded) and answers 200.
         fail_open_dispatch: required for ``fail_open``.
         on_admitted: called after each new entry (e.g. ``worker.notify``).
+        ordering: how entries are ordered (default: chat, split by business connection
+            and forum topic; callback queries in their own lane) —
+            :class:`~telegram_idem.inbox.entries.Ordering`.
 
     Raises:
         ConfigurationError: malformed ``secret_token``, the store has no inbox, or
@@ -78,6 +70,7 @@ class WebhookIngress:
         on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
         fail_open_dispatch: Dispatch | None = None,
         on_admitted: Callable[[], None] | None = None,
+        ordering: Ordering | None = None,
     ) -> None:
         from telegram_idem.errors import ConfigurationError
 
@@ -91,6 +84,7 @@ class WebhookIngress:
         self.on_store_error = on_store_error
         self.fail_open_dispatch = fail_open_dispatch
         self.on_admitted = on_admitted
+        self.ordering = ordering
         self.admitted = 0
         self.duplicates = 0
         self._unguarded: set[asyncio.Future[Any]] = set()
@@ -102,7 +96,7 @@ class WebhookIngress:
             aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
         """
         update = await read_update(request, secret=self.secret_token, max_body=self.max_body)
-        entry = new_entry(self.idem, update, bot_id=self.bot_id)
+        entry = new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering)
         started = time.perf_counter()
         try:
             new = await self.inbox.admit(entry, retention=self.idem.update_retention)

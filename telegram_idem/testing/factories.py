@@ -578,6 +578,52 @@ class UpdateFactory:
         }
         return self.update("message", merge(body, overrides), update_id=update_id)
 
+    def subscription(
+        self,
+        *,
+        state: str = "active",
+        payload: str = "plan:monthly",
+        user: Mapping[str, Any] | None = None,
+        update_id: int | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """A ``subscription`` update (``BotSubscriptionUpdated``): ``user``'s payment
+        subscription to the bot changed; ``state`` is ``"active"``, ``"canceled"`` or
+        ``"failed"``. No chat."""
+        body = {"user": dict(user or self.user), "invoice_payload": payload, "state": state}
+        return self.update("subscription", merge(body, overrides), update_id=update_id)
+
+    # ------------------------------------------------------------------ bots
+
+    def managed_bot(
+        self,
+        *,
+        bot: Mapping[str, Any] | None = None,
+        user: Mapping[str, Any] | None = None,
+        update_id: int | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """A ``managed_bot`` update (``ManagedBotUpdated``): a bot this bot manages was
+        created or changed; ``user`` owns it, ``bot`` is the managed bot. No chat."""
+        managed = dict(bot or {"id": 7100000001, "is_bot": True, "first_name": "Managed"})
+        body = {"user": dict(user or self.user), "bot": managed}
+        return self.update("managed_bot", merge(body, overrides), update_id=update_id)
+
+    def guest_message(
+        self,
+        text: str = "@example_blog_bot summarise this",
+        *,
+        chat: Mapping[str, Any] | None = None,
+        user: Mapping[str, Any] | None = None,
+        update_id: int | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """A ``guest_message``: a message that summoned this bot as a guest in a chat it
+        is not a member of (answer with ``answerGuestQuery`` and ``guest_query_id``)."""
+        body = self._message_body(text, chat or self.group(), user, None)
+        body["guest_query_id"] = self._next_numeric_id()
+        return self.update("guest_message", merge(body, overrides), update_id=update_id)
+
     def poll_answer(
         self,
         option_ids: Iterable[int] = (0,),

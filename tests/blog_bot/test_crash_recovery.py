@@ -15,6 +15,8 @@ from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
 
 CHAT = 5550001001
+LEASE = 2.0
+"""Seconds of the bot's leases (``IDEM_LEASE``): a dead worker's entry is free after it."""
 
 
 async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_message(
@@ -30,7 +32,7 @@ async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_me
             "IDEM_STORE_URL": f"sqlite:///{tmp_path / 'bot.db'}",
             "BLOG_REPO_PATH": str(tmp_path / "repo"),
             "WRITER_DELAY_SCALE": "0.1",  # ≈ 5 s pipeline
-            "IDEM_LEASE": "2",  # a dead worker's claims free up after 2 s
+            "IDEM_LEASE": str(LEASE),  # a dead worker's claims free up after LEASE s
         }
         first = await start_serve(env, port)
         async with TelegramDelivery(
@@ -51,7 +53,9 @@ async def test_kill_9_mid_pipeline_then_restart_gives_one_commit_and_one_done_me
         second = await start_serve(env, port)
         try:
             await until(lambda: any((m.text or "").startswith("✅") for m in api.messages(CHAT)))
-            await asyncio.sleep(1.0)  # anything duplicated would show up now
+            # A duplicate would come from a second take of the entry, possible only once a
+            # lease has ended: wait past one lease (and a heartbeat) before counting.
+            await asyncio.sleep(LEASE * 1.5)
         finally:
             second.terminate()
             await second.wait()

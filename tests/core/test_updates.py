@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from aiogram.types import Update as AiogramUpdate
 
 from telegram_idem import ConfigurationError, Idem, MalformedUpdateError, ManualClock, Store
+from telegram_idem.keys import render_template
 from telegram_idem.testing.delivery import fixture_names, load_fixture
+from telegram_idem.testing.factories import UpdateFactory
 from telegram_idem.updates import (
     KNOWN_UPDATE_TYPES,
     bot_id_from_token,
+    business_connection_id,
     chat_id,
     ordering_key,
     payload,
+    thread_id,
+    topic_id,
     update_type,
     user_id,
     validate_update,
@@ -30,7 +37,7 @@ EXPECTED: dict[str, tuple[str, int | None, int | None, str | None]] = {
         "message",
         -1001234567890,
         5550002002,
-        "chat:-1001234567890",
+        "chat:-1001234567890:topic:77",  # a forum topic is its own unit
     ),
     "inline_query": ("inline_query", None, 5550003003, "user:5550003003"),
     "my_chat_member": ("my_chat_member", -1001234567890, 5550002002, "chat:-1001234567890"),
@@ -188,3 +195,65 @@ async def test_update_ids_are_forgotten_after_retention(store: Store, clock: Man
 def test_fixtures_include_every_kind_of_chat() -> None:
     kinds = {EXPECTED[n][0] for n in EXPECTED}
     assert {"message", "callback_query", "inline_query", "channel_post"} <= kinds
+
+
+# ------------------------------------------------ Bot API 9.6–10.2 types and ordering
+
+
+def test_new_update_types_are_known_and_read() -> None:
+    f = UpdateFactory()
+    guest = f.guest_message()
+    managed = f.managed_bot()
+    sub = f.subscription(state="canceled")
+    for update, kind in ((guest, "guest_message"), (managed, "managed_bot"), (sub, "subscription")):
+        assert kind in KNOWN_UPDATE_TYPES and update_type(update) == kind
+        assert AiogramUpdate.model_validate(update).event_type == kind
+    assert chat_id(guest) == f.group()["id"] and user_id(guest) == f.user["id"]
+    in_topic = f.guest_message(chat=f.group(forum=True), message_thread_id=3)
+    assert thread_id(in_topic) == 3  # message-shaped: read like a message
+    assert ordering_key(guest) == f"chat:{f.group()['id']}"
+    assert chat_id(managed) is None and user_id(managed) == f.user["id"]
+    assert ordering_key(managed) == ordering_key(sub) == f"user:{f.user['id']}"
+    key = render_template("sub:{user_id}:{subscription.state}", sub, bot_id=1)
+    assert key == f"sub:{f.user['id']}:canceled"
+
+
+def test_a_future_update_type_passes_through_untouched() -> None:
+    future = {"update_id": 9, "brand_new_thing": {"chat": {"id": 5}, "from": {"id": 6}, "x": 1}}
+    before = json.dumps(future, sort_keys=True)
+    assert update_type(future) == "brand_new_thing" and "brand_new_thing" not in KNOWN_UPDATE_TYPES
+    assert (chat_id(future), user_id(future), ordering_key(future)) == (5, 6, "chat:5")
+    assert validate_update(future) is future and json.dumps(future, sort_keys=True) == before
+
+
+def test_the_ordering_unit_splits_forum_topics_and_business_connections() -> None:
+    f = UpdateFactory()
+    forum = f.group(forum=True)
+    in_topic = f.message("hi", chat=forum, message_thread_id=20, is_topic_message=True)
+    general = f.message("hi", chat=forum)
+    assert ordering_key(in_topic) == f"chat:{forum['id']}:topic:20"
+    assert ordering_key(general) == f"chat:{forum['id']}"
+    # a reply thread of a plain group is not a topic
+    reply = f.message("re", chat=f.group(), message_thread_id=5)
+    assert topic_id(reply) is None and ordering_key(reply) == f"chat:{f.group()['id']}"
+    tap = f.callback_query("go", from_message=in_topic["message"])
+    assert ordering_key(tap) == f"chat:{forum['id']}:topic:20"
+
+    customer = f.private_chat()
+
+    def business(connection: str) -> dict[str, Any]:
+        body = {
+            "message_id": 1,
+            "date": 1,
+            "chat": customer,
+            "from": f.user,
+            "text": "hello",
+            "business_connection_id": connection,
+        }
+        return {"update_id": 1, "business_message": body}
+
+    assert business_connection_id(business("A1")) == "A1"
+    assert ordering_key(business("A1")) == f"biz:A1:chat:{customer['id']}"
+    assert ordering_key(business("A1")) != ordering_key(business("B2"))
+    connection = {"update_id": 2, "business_connection": {"id": "A1", "user": f.user}}
+    assert ordering_key(connection) == f"biz:A1:user:{f.user['id']}"

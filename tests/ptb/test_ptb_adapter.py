@@ -420,7 +420,7 @@ async def test_the_processor_binds_the_update_for_the_core_api(api: FakeBotAPI, 
         "update_id": 734519020,
         "bot_id": BOT,
         "idem": idem,
-        "lock": idem.keys.lock(BOT, "chat:-1001234567890"),
+        "lock": idem.keys.lock(BOT, "chat:-1001234567890:topic:77"),  # the ordering unit
     }
 
 
