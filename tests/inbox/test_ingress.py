@@ -107,7 +107,7 @@ async def test_bad_requests_are_refused_and_store_nothing(
 
 async def test_store_outage_fails_closed_with_503(tmp_path: Path) -> None:
     broken = Idem(f"sqlite:///{tmp_path}")  # a directory: the database cannot open
-    ingress = WebhookIngress(broken, bot_id=7)
+    ingress = WebhookIngress(broken, bot_id=7, allow_unauthenticated=True)
     runner, url = await _serve(ingress.handle)
     try:
         async with TelegramDelivery(url, max_attempts=1) as tg:
@@ -126,7 +126,11 @@ async def test_store_outage_fail_open_dispatches_and_answers_200(tmp_path: Path)
         seen.append(update["update_id"])
 
     ingress = WebhookIngress(
-        broken, bot_id=7, on_store_error="fail_open", fail_open_dispatch=dispatch
+        broken,
+        bot_id=7,
+        on_store_error="fail_open",
+        fail_open_dispatch=dispatch,
+        allow_unauthenticated=True,
     )
     runner, url = await _serve(ingress.handle)
     try:
