@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -624,3 +625,56 @@ def test_sync_handler_keeps_one_loop_across_invocations(idem: Idem) -> None:
     finally:
         offload.close()
     assert len(loops) == 2 and loops[0] is loops[1] and loops[0].is_closed()
+
+
+# ------------------------------------------------- in progress elsewhere (item 1)
+
+
+async def test_a_dead_holders_claim_is_503_then_the_resend_after_its_lease_runs_once(
+    offload: LambdaOffload, stubber: Stubber, idem: Idem, process: Recorder, clock: ManualClock
+) -> None:
+    """A first run was killed (platform timeout, OOM) or its claim was applied after the
+    store client timed out: a fresh instance gets Telegram's re-send within the lease."""
+    update = load_fixture("techpost_command")
+    dead = await idem.claim_update(update, bot_id=BOT)
+    assert dead.outcome is Outcome.ACQUIRED
+    answer = await offload.handle(http_event(update), CONTEXT)
+    assert answer["statusCode"] == 503  # not "duplicate": Telegram must re-send it
+    assert process.runs == []
+    clock.advance(idem.lease + 1)  # the dead run's lease ends
+    payload = expect_invoke(stubber, update)
+    assert (await offload.handle(http_event(update), CONTEXT))["body"] == "queued"
+    assert payload.seen is not None
+    assert (await offload.handle(payload.seen, None))["body"] == "processed"
+    assert process.runs == [update["update_id"]]
+    assert await status_of(idem, update) is Status.COMPLETED
+
+
+# ----------------------------------------------------------- secrets (item 14)
+
+
+def test_a_secret_is_required_unless_opted_out(
+    idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ConfigurationError, match="secret_token is required"):
+        LambdaOffload(idem, Recorder(), bot_id=BOT)
+    caplog.set_level(logging.WARNING, logger="telegram_idem.webhook")
+    LambdaOffload(idem, Recorder(), bot_id=BOT, allow_unauthenticated=True)
+    assert any("without a secret token" in r.message for r in caplog.records)
+
+
+async def test_two_secrets_are_accepted_while_rotating(
+    idem: Idem, client: Any, stubber: Stubber
+) -> None:
+    offload = LambdaOffload(
+        idem, Recorder(), bot_id=BOT, lambda_client=client, secret_token=["old1", "new2"]
+    )
+    first, second = load_fixture("techpost_command"), load_fixture("techpost_no_title")
+    expect_invoke(stubber, first)
+    expect_invoke(stubber, second)
+    assert (await offload.handle(http_event(first, secret="old1"), CONTEXT))["statusCode"] == 200
+    assert (await offload.handle(http_event(second, secret="new2"), CONTEXT))["statusCode"] == 200
+    third = load_fixture("callback_delete")
+    for secret in ("other", None):
+        answer = await offload.handle(http_event(third, secret=secret), CONTEXT)
+        assert answer["statusCode"] == 401
