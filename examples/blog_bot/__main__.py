@@ -43,7 +43,7 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> int:
         if args.command == "set-webhook":
             await blog.bot.set_webhook(
                 args.url,
-                secret_token=settings.webhook_secret,
+                secret_token=settings.webhook_secret_token(),
                 drop_pending_updates=args.drop_pending_updates,
             )
             print(

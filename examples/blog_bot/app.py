@@ -74,7 +74,7 @@ class BlogBot:
             self.dispatcher,
             self.bot,
             self.idem,
-            secret_token=self.settings.webhook_secret,
+            secret_token=self.settings.webhook_secret_token(),
             background=False,
         )
 
@@ -142,7 +142,7 @@ def build_blog_bot(
     ingress = WebhookIngress(
         idem,
         bot_id=bot.id,
-        secret_token=settings.webhook_secret,
+        secret_token=settings.webhook_secret_token(),
         on_admitted=worker.notify,
     )
     return BlogBot(settings, idem, tokens, writer, publisher, bot, dp, ingress, worker)

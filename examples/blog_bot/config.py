@@ -20,7 +20,8 @@ class Settings:
     Attributes:
         bot_token: ``BOT_TOKEN`` (``<bot_id>:<secret>``).
         api_url: ``TELEGRAM_API_URL``, the Bot API base URL (default Telegram's).
-        webhook_secret: ``WEBHOOK_SECRET``, the ``secret_token`` of ``setWebhook``.
+        webhook_secret: ``WEBHOOK_SECRET``, the ``secret_token`` of ``setWebhook``; unset:
+            derived from the bot token (see :meth:`webhook_secret_token`).
         store_url: ``IDEM_STORE_URL`` (default ``sqlite:///blog_bot.db``).
         repo_path: ``BLOG_REPO_PATH`` (default ``./blog-repo``).
         writer_delay_scale: ``WRITER_DELAY_SCALE``; 1.0 ≈ the 45–60 s pipeline.
@@ -88,6 +89,13 @@ class Settings:
                 if env.get(name)
             ),
         )
+
+    def webhook_secret_token(self) -> str:
+        """The webhook's ``secret_token``: ``webhook_secret``, else one derived from the bot
+        token (HMAC-SHA256, hex), which ``set-webhook`` registers with Telegram."""
+        if self.webhook_secret:
+            return self.webhook_secret
+        return hmac.new(self.bot_token.encode(), b"webhook-secret", hashlib.sha256).hexdigest()
 
     def publisher_env(self) -> dict[str, str]:
         """The variables :func:`publisher_from_env` reads."""

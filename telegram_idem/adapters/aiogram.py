@@ -6,20 +6,31 @@
     dp = Dispatcher()
     dp.update.outer_middleware(IdempotencyMiddleware(idem))
 
-A duplicate update (same ``(bot.id, update_id)``) never reaches a handler: the middleware
-returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so Telegram stops re-sending.
+A duplicate of a *completed* update (same ``(bot.id, update_id)``) never reaches a
+handler: the middleware returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so
+Telegram stops re-sending. An update *in progress elsewhere* (another holder's lease is
+alive, e.g. a killed run) is not a duplicate (:mod:`telegram_idem.admission`): the
+middleware waits up to ``in_progress_wait`` seconds for that lease to end (then takes it
+over and runs the update, or finds it completed), and raises
+:class:`~telegram_idem.errors.UpdateInProgressError` if it is still held, so a webhook
+that answers from the result answers non-2xx and Telegram re-sends.
 Handlers get ``idem`` (the :class:`~telegram_idem.Idem`) and ``idem_tokens`` (the
 :class:`~telegram_idem.CallbackTokens`, if given) in their data, and ``@idempotent`` works
 on them with templates rooted at the update. Updates of a type this version does not
 know (Bot API "Update" section) are passed to aiogram untouched and unguarded.
 
 Works with ``feed_update``, ``feed_raw_update``, ``feed_webhook_update``, polling and
-aiogram's ``SimpleRequestHandler``. A webhook that claimed the update before answering
-passes the claim as ``feed_update(bot, update, idem_update_claim=claim)``.
+aiogram's ``SimpleRequestHandler(handle_in_background=False)``. aiogram's default
+``handle_in_background=True`` answers 200 before this middleware runs, so a store outage
+or an update in progress elsewhere is lost: the middleware logs a WARNING the first time
+it runs there; use :class:`~telegram_idem.adapters.aiogram_webhook.IdempotentRequestHandler`.
+A webhook that claimed the update before answering passes the claim as
+``feed_update(bot, update, idem_update_claim=claim)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -28,10 +39,12 @@ from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.types import TelegramObject, Update
 from aiogram.types.update import UpdateTypeLookupError
+from aiogram.webhook.aiohttp_server import BaseRequestHandler
+from pydantic import ValidationError
 
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.context import bind_update
-from telegram_idem.errors import StoreError
+from telegram_idem.errors import MalformedUpdateError, StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.records import Claim
 
@@ -102,6 +115,15 @@ class IdempotencyMiddleware(BaseMiddleware):
             unguarded (a webhook answering from the result gets a 5xx and Telegram
             re-sends); ``"fail_open"`` processes the update without the guard and logs
             an error.
+        in_progress_wait: seconds to wait while the update is in progress elsewhere
+            before raising :class:`~telegram_idem.errors.UpdateInProgressError`. ``None``
+            (default): ``idem.lease + 1`` where nothing can make Telegram re-send the
+            update — polling (``start_polling``: the next ``getUpdates`` confirms it) and
+            aiogram's ``SimpleRequestHandler`` background task (already answered 200) —
+            and ``0`` elsewhere (``feed_webhook_update``, ``feed_update``: the answer waits
+            for the result, so raising makes it non-2xx). Waiting runs in the update's own
+            task (aiogram polls with ``handle_as_tasks=True`` by default), so it does not
+            hold other updates back.
     """
 
     def __init__(
@@ -110,10 +132,30 @@ class IdempotencyMiddleware(BaseMiddleware):
         *,
         tokens: CallbackTokens | None = None,
         on_store_error: StorePolicy = "fail_closed",
+        in_progress_wait: float | None = None,
     ) -> None:
         self.idem = idem
         self.tokens = tokens
         self.on_store_error = on_store_error
+        self.in_progress_wait = in_progress_wait
+        self._warned_answers_first = False
+
+    def _wait_for(self, data: Mapping[str, Any]) -> float:
+        """Seconds to wait for an update in progress elsewhere (see ``in_progress_wait``)."""
+        answered_first = _answering_first() is not None
+        if answered_first and not self._warned_answers_first:
+            self._warned_answers_first = True
+            log.warning(
+                "IdempotencyMiddleware runs behind aiogram's SimpleRequestHandler with "
+                "handle_in_background=True, which answers 200 before the update guard "
+                "decides: an update refused for a store outage, or in progress elsewhere, "
+                "is lost. Use telegram_idem.adapters.aiogram_webhook."
+                "IdempotentRequestHandler (or FastAckWebhook) instead"
+            )
+        if self.in_progress_wait is not None:
+            return self.in_progress_wait
+        polling = "bots" in data  # start_polling's workflow data
+        return self.idem.lease + 1.0 if polling or answered_first else 0.0
 
     async def __call__(
         self,
@@ -140,8 +182,9 @@ class IdempotencyMiddleware(BaseMiddleware):
                 return await handler(event, data)
         claim: Claim | None = data.pop(CLAIM, None)
         if claim is None:
+            wait = self._wait_for(data)
             try:
-                claim = await self.idem.claim_update(update, bot_id=bot_id)
+                claim = await self.idem.admit_update(update, bot_id=bot_id, wait=wait)
             except StoreError:
                 if self.on_store_error == "fail_closed":
                     raise
@@ -149,19 +192,46 @@ class IdempotencyMiddleware(BaseMiddleware):
                     "store outage: update %s processed unguarded (fail_open)", event.update_id
                 )
                 return await handler(event, data)
+        # Raises UpdateInProgressError if another holder's lease is still alive.
         ran, result = await self.idem.process_update(
             update, lambda: handler(event, data), bot_id=bot_id, claim=claim
         )
         return result if ran else UNHANDLED
 
 
+def _answering_first() -> BaseRequestHandler | None:
+    """The aiogram request handler whose background task runs this update, if the update
+    came through ``SimpleRequestHandler(handle_in_background=True)`` (already answered)."""
+    task = asyncio.current_task()
+    coro = task.get_coro() if task is not None else None
+    frame = getattr(coro, "cr_frame", None)
+    if frame is None or getattr(coro, "__name__", "") != "_background_feed_update":
+        return None
+    owner = frame.f_locals.get("self")
+    if isinstance(owner, BaseRequestHandler) and owner.handle_in_background:
+        return owner
+    return None
+
+
 def inbox_dispatch(dispatcher: Dispatcher, bot: Bot) -> Callable[[dict[str, Any]], Awaitable[Any]]:
     """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for aiogram: feeds
     the update with the update guard skipped (the inbox admitted it) and the update bound.
-    Handler exceptions propagate, so the worker retries."""
+    Handler exceptions propagate, so the worker retries.
+
+    Raises (from the returned dispatch):
+        MalformedUpdateError: aiogram cannot parse the update (a retry never could: the
+            worker buries it as a dead letter).
+        Exception: whatever a handler raised.
+    """
 
     async def dispatch(update: dict[str, Any]) -> Any:
-        return await dispatcher.feed_raw_update(bot, update, **{UNGUARDED: True})
+        try:
+            parsed = Update.model_validate(update, context={"bot": bot})
+        except ValidationError as exc:
+            raise MalformedUpdateError(
+                f"update {update.get('update_id')} does not parse in aiogram: {exc}"
+            ) from exc
+        return await dispatcher.feed_update(bot, parsed, **{UNGUARDED: True})
 
     return dispatch
 

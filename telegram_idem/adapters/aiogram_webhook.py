@@ -1,20 +1,29 @@
-"""Fast-ack webhook for aiogram: claim the update, answer 200, process in the background.
+"""Fast-ack webhook for aiogram: claim the update, answer, process in the background.
 
 Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
-``setWebhook``; design.md §1). This handler answers in milliseconds: it checks the request
-(:mod:`~telegram_idem.adapters.webhook_checks`), claims the update guard, answers, then
-feeds the update to the dispatcher in a background task with the claim attached, so the
+``setWebhook``; design.md §1). This handler decides *before* it answers: it checks the
+request (:mod:`~telegram_idem.adapters.webhook_checks`), claims the update guard, answers
+by the admission rule (:mod:`telegram_idem.admission`), then feeds the update to the
+dispatcher in a background task with the claim attached, so the
 :class:`~telegram_idem.adapters.aiogram.IdempotencyMiddleware` does not claim again.
 
-| situation                                   | answer                        |
-|---------------------------------------------|-------------------------------|
-| new update                                  | 200, processed in background  |
-| duplicate (in progress or done)             | 200, not processed            |
-| unknown update type                         | 200, fed to aiogram untouched |
-| store outage, ``fail_closed`` (default)     | 503: Telegram re-sends later  |
-| store outage, ``fail_open``                 | 200, processed unguarded      |
-| aiogram cannot parse a known update type    | 400                           |
-| ``background=False`` and processing fails   | 500: Telegram re-sends        |
+Two ways to mount it: :class:`FastAckWebhook` (``app.router.add_post(path, hook.handle)``)
+or :class:`IdempotentRequestHandler`, a drop-in for aiogram's ``SimpleRequestHandler``
+(``.register(app, path=...)``). aiogram's own ``SimpleRequestHandler`` with its default
+``handle_in_background=True`` answers 200 *before* the guard runs, so a store outage or an
+update in progress elsewhere is lost; the middleware warns when it finds itself behind it.
+
+| situation                                      | answer                               |
+|------------------------------------------------|--------------------------------------|
+| new update                                     | 200, processed in background         |
+| duplicate of a completed (or failed) update    | 200, not processed                   |
+| in progress elsewhere (holder's lease alive)   | 503: Telegram re-sends later         |
+| unknown update type                            | 200, fed to aiogram untouched        |
+| store outage, ``fail_closed`` (default)        | 503: Telegram re-sends later         |
+| store outage, ``fail_open``                    | 200, processed unguarded             |
+| JSON with an integer ``update_id`` that        | 200; the claim is stored as a failure|
+| aiogram cannot parse                           | with the parse error, logged ERROR   |
+| ``background=False`` and processing fails      | 500: Telegram re-sends               |
 
 The background task lives in this process: a crash after the 200 loses the update until
 the durable inbox lands; the update guard's lease then expires so a re-delivery would run.
@@ -23,22 +32,30 @@ the durable inbox lands; the update guard's lease then expires so a re-delivery 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Literal
 
 from aiogram import Bot, Dispatcher
+from aiogram.methods import TelegramMethod
 from aiogram.types import Update
+from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
 from pydantic import ValidationError
 
 from telegram_idem.adapters.aiogram import CLAIM, UNGUARDED
-from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
+from telegram_idem.adapters.webhook_checks import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_READ_TIMEOUT,
+    read_update,
+)
+from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.records import Outcome
 from telegram_idem.updates import KNOWN_UPDATE_TYPES
+from telegram_idem.webhook_secret import SecretTokens, secret_check
 
-__all__ = ["FastAckWebhook"]
+__all__ = ["FastAckWebhook", "IdempotentRequestHandler"]
 
 log = logging.getLogger("telegram_idem.webhook")
 
@@ -50,14 +67,21 @@ class FastAckWebhook:
         dispatcher: the aiogram dispatcher (with ``IdempotencyMiddleware`` registered).
         bot: the bot the updates are for.
         idem: the guard (the same object the middleware uses).
-        secret_token: the ``secret_token`` given to ``setWebhook``, or ``None``.
+        secret_token: the ``secret_token`` given to ``setWebhook`` (required), or a sequence
+            of secrets all accepted while rotating (:mod:`telegram_idem.webhook_secret`).
+        allow_unauthenticated: with ``secret_token=None``, accept requests without a
+            secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes.
+        read_timeout: seconds the request body may take to arrive (then 408).
         on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` processes unguarded.
         background: ``False`` processes before answering (the slow shape of seeds/000;
             only for demonstrations — Telegram re-sends after ~60 s).
+        data: extra keyword data for every ``feed_update`` (like ``SimpleRequestHandler``'s
+            ``**data``).
 
     Raises:
-        ConfigurationError: a malformed ``secret_token``.
+        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, or
+            a malformed one.
     """
 
     def __init__(
@@ -66,18 +90,25 @@ class FastAckWebhook:
         bot: Bot,
         idem: Idem,
         *,
-        secret_token: str | None = None,
+        secret_token: SecretTokens = None,
+        allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
         background: bool = True,
+        data: dict[str, Any] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.bot = bot
         self.idem = idem
-        self.secret_token = check_secret_token(secret_token)
+        self.secret = secret_check(
+            secret_token, allow_unauthenticated=allow_unauthenticated, where="FastAckWebhook"
+        )
         self.max_body = max_body
+        self.read_timeout = read_timeout
         self.on_store_error = on_store_error
         self.background = background
+        self.data: dict[str, Any] = dict(data or {})
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -89,30 +120,41 @@ class FastAckWebhook:
         """Answer one webhook POST (see the module's table).
 
         Raises:
-            aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
+            aiohttp.web.HTTPException: 401, 413, 408, 400, 503 or 500 as in the table.
         """
-        raw = await read_update(request, secret=self.secret_token, max_body=self.max_body)
+        raw = await read_update(
+            request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout
+        )
         try:
-            update = Update.model_validate(raw, context={"bot": self.bot})
+            update: Update | None = Update.model_validate(raw, context={"bot": self.bot})
+            problem: ValidationError | None = None
         except ValidationError as exc:
-            log.error("update %s does not parse: %s", raw.get("update_id"), exc)
-            raise web.HTTPBadRequest(text="update does not parse") from None
-        if any(kind in raw for kind in KNOWN_UPDATE_TYPES):
+            update, problem = None, exc
+        extra: dict[str, Any] = {}
+        if problem is not None or any(kind in raw for kind in KNOWN_UPDATE_TYPES):
             try:
-                claim = await self.idem.claim_update(raw, bot_id=self.bot.id)
+                claim = await self.idem.admit_update(raw, bot_id=self.bot.id, wait=0.0)
             except StoreError:
                 if self.on_store_error == "fail_closed":
                     log.warning("store outage: update %s refused with 503", raw["update_id"])
                     raise web.HTTPServiceUnavailable(text="store unavailable") from None
                 log.error("store outage: update %s processed unguarded", raw["update_id"])
-                extra: dict[str, Any] = {UNGUARDED: True}
+                extra = {UNGUARDED: True}
             else:
-                if claim.outcome is not Outcome.ACQUIRED:
+                verdict = verdict_for(claim.outcome)
+                if verdict is Verdict.NOT_YET:
+                    log.warning(
+                        "update %s is in progress elsewhere: answered %d so Telegram re-sends it",
+                        raw["update_id"],
+                        NOT_YET_STATUS,
+                    )
+                    raise web.HTTPServiceUnavailable(text="in progress elsewhere")
+                if verdict is Verdict.DUPLICATE:
                     return web.Response(text="duplicate")
                 extra = {CLAIM: claim}
-        else:
-            extra = {}
-        task = asyncio.create_task(self._feed(update, extra))
+        if update is None:
+            return await self._unparseable(raw, problem, extra)
+        task = asyncio.create_task(self._feed(update, {**self.data, **extra}))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if not self.background:
@@ -122,9 +164,31 @@ class FastAckWebhook:
                 raise web.HTTPInternalServerError(text="update failed") from None
         return web.Response(text="ok")
 
+    async def _unparseable(
+        self, raw: dict[str, Any], problem: ValidationError | None, extra: dict[str, Any]
+    ) -> web.Response:
+        """Acknowledge an update aiogram cannot parse (a re-send could never parse either)
+        and record it where an operator sees it: the claim stored as a failure."""
+        uid = raw["update_id"]
+        log.error("update %s does not parse; acknowledged and not processed: %s", uid, problem)
+        claim = extra.get(CLAIM)
+        if claim is not None:
+            error = json.dumps(
+                {"type": "ValidationError", "message": f"aiogram cannot parse it: {problem}"}
+            ).encode()
+            try:
+                await self.idem.store.fail(
+                    claim.record.key, claim.token, error, retention=self.idem.update_retention
+                )
+            except StoreError:
+                log.warning("could not store the parse failure of update %s", uid)
+        return web.Response(text="update does not parse; recorded as failed")
+
     async def _feed(self, update: Update, extra: dict[str, Any]) -> None:
         try:
-            await self.dispatcher.feed_update(self.bot, update, **extra)
+            result = await self.dispatcher.feed_update(self.bot, update, **extra)
+            if isinstance(result, TelegramMethod):  # a handler answered with a method
+                await self.dispatcher.silent_call_request(bot=self.bot, result=result)
         except Exception:
             if not self.background:
                 log.exception(
@@ -141,3 +205,80 @@ class FastAckWebhook:
         """Wait for background work to finish (graceful shutdown), at most ``limit`` s."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=limit)
+
+
+class IdempotentRequestHandler(SimpleRequestHandler):
+    """aiogram's ``SimpleRequestHandler`` that decides before it answers (a
+    :class:`FastAckWebhook` inside)::
+
+        IdempotentRequestHandler(dispatcher=dp, bot=bot, idem=idem,
+                                 secret_token=SECRET).register(app, path="/webhook")
+        setup_application(app, dp, bot=bot)
+
+    Answers as the module's table says; on shutdown it waits up to ``shutdown_grace``
+    seconds for background work, then closes the bot session (as aiogram's does).
+
+    Args:
+        dispatcher: the aiogram dispatcher (with ``IdempotencyMiddleware`` registered).
+        bot: the bot the updates are for.
+        idem: the guard (the same object the middleware uses).
+        secret_token: as :class:`FastAckWebhook` (required unless
+            ``allow_unauthenticated=True``; a sequence while rotating).
+        allow_unauthenticated: as :class:`FastAckWebhook`.
+        max_body: largest body accepted, bytes.
+        read_timeout: seconds the request body may take to arrive (then 408).
+        on_store_error: as :class:`FastAckWebhook`.
+        shutdown_grace: seconds :meth:`close` waits for background work.
+        data: extra keyword data for every ``feed_update``.
+
+    Raises:
+        ConfigurationError: as :class:`FastAckWebhook`.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        bot: Bot,
+        idem: Idem,
+        *,
+        secret_token: SecretTokens = None,
+        allow_unauthenticated: bool = False,
+        max_body: int = DEFAULT_MAX_BODY,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        shutdown_grace: float = 30.0,
+        **data: Any,
+    ) -> None:
+        super().__init__(dispatcher=dispatcher, bot=bot, handle_in_background=True, **data)
+        self.webhook = FastAckWebhook(
+            dispatcher,
+            bot,
+            idem,
+            secret_token=secret_token,
+            allow_unauthenticated=allow_unauthenticated,
+            max_body=max_body,
+            read_timeout=read_timeout,
+            on_store_error=on_store_error,
+            data=data,
+        )
+        self.shutdown_grace = shutdown_grace
+
+    def verify_secret(self, telegram_secret_token: str, bot: Bot) -> bool:
+        """The secret rule of :mod:`telegram_idem.webhook_secret` (constant time)."""
+        return self.webhook.secret.accepts(telegram_secret_token)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
+        """Answer one webhook POST (see the module's table).
+
+        Raises:
+            aiohttp.web.HTTPException: as :meth:`FastAckWebhook.handle`.
+        """
+        return await self.webhook.handle(request)
+
+    __call__ = handle  # type: ignore[assignment]
+
+    async def close(self) -> None:
+        """Wait for background work (at most ``shutdown_grace`` s), then close the bot
+        session."""
+        await self.webhook.drain(self.shutdown_grace)
+        await super().close()

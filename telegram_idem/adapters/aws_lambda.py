@@ -19,7 +19,9 @@ The function receives two kinds of events:
 | ``X-Telegram-Bot-Api-Secret-Token`` wrong/absent | 401 (compared in constant time)        |
 | body over ``max_body`` bytes                     | 413                                    |
 | not JSON / no integer ``update_id`` / bad base64 | 400                                    |
-| duplicate (claimed before, in progress or done)  | 200, nothing invoked                   |
+| duplicate of a completed (or failed) update      | 200, nothing invoked                   |
+| in progress elsewhere (holder's lease alive)     | 503, nothing invoked: Telegram re-sends|
+|                                                  | (the holder may be a killed run)       |
 | new update                                       | 200 once the worker invocation queued  |
 | ``invoke`` denied (``AccessDeniedException``)    | processed inline under the guard: 200, |
 |                                                  | or 500 if it raised (claim released)   |
@@ -27,6 +29,13 @@ The function receives two kinds of events:
 | store outage, ``fail_closed`` (default)          | 503: Telegram re-sends later           |
 | store outage, ``fail_open``                      | 200, worker processes unguarded        |
 | unknown update type (Bot API "Update")           | 200, worker processes it unguarded     |
+
+An update the framework cannot parse is JSON with an integer ``update_id``: it is
+answered 200 and queued; ``process`` raises in the worker, Lambda retries the async event
+and then sends it to the function's on-failure destination (or DLQ), where an operator
+sees it. The secret rule (required unless ``allow_unauthenticated=True``; several secrets
+while rotating) is :mod:`telegram_idem.webhook_secret`'s; the table for every ingress
+shape is ``docs/answers.md``.
 
 **A worker event**, the payload of the self-invocation (seeds/000's shape, plus the
 claim hand-over)::
@@ -45,7 +54,7 @@ own token). The worker then answers by the claim's outcome:
 |--------------------------------------------------|-----------------------------------------|
 | acquired                                         | runs ``process``; ``processed``         |
 | replay (someone completed the update)            | ``skipped``                             |
-| in progress (another holder's lease is alive)    | raises :class:`InProgressError`         |
+| in progress (another holder's lease is alive)    | raises :class:`UpdateInProgressError`   |
 | ``process`` raised                               | releases the claim and re-raises        |
 
 Raising makes Lambda retry the async event (by default twice, about 1 and 3 minutes
@@ -73,8 +82,8 @@ The function name comes from ``function_name``, else the context's
 ``invoked_function_arn`` (the same alias or version), else ``function_name``. The
 function's role needs ``lambda:InvokeFunction`` on itself; without it every update is
 processed inline (the fallback of seeds/000), which brings Telegram's timeout back for
-slow pipelines — guarded, so a re-sent update is answered ``200`` as a duplicate while the
-first run holds its lease (kept alive by the heartbeat).
+slow pipelines — guarded, so a re-sent update is answered ``503`` while the first run
+holds its lease (kept alive by the heartbeat), and ``200`` once it completed.
 """
 
 from __future__ import annotations
@@ -88,21 +97,22 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
+from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
 from telegram_idem.context import bind_update
 from telegram_idem.errors import (
     ConfigurationError,
-    InProgressError,
     MalformedUpdateError,
     StoreError,
+    UpdateInProgressError,
 )
 from telegram_idem.guard import Idem
-from telegram_idem.records import Claim, Outcome
+from telegram_idem.records import Claim
 from telegram_idem.updates import KNOWN_UPDATE_TYPES, validate_update
 from telegram_idem.webhook_secret import (
     DEFAULT_MAX_BODY,
     SECRET_HEADER,
-    check_secret_token,
-    secret_matches,
+    SecretTokens,
+    secret_check,
 )
 
 __all__ = [
@@ -169,7 +179,10 @@ class LambdaOffload:
         function_name: the function to invoke (default: from the Lambda context).
         lambda_client: a boto3 Lambda client (default ``boto3.client("lambda")``, made on
             first use). Calls run in a thread (``asyncio.to_thread``).
-        secret_token: ``setWebhook``'s ``secret_token`` to require, or ``None``.
+        secret_token: ``setWebhook``'s ``secret_token`` to require, or a sequence of
+            secrets all accepted while rotating (:mod:`telegram_idem.webhook_secret`).
+        allow_unauthenticated: with ``secret_token=None``, accept requests without a
+            secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes (after base64 decoding).
         on_store_error: ``"fail_closed"`` answers 503 on a store outage (Telegram re-sends
             later); ``"fail_open"`` processes the update unguarded.
@@ -177,7 +190,8 @@ class LambdaOffload:
             webhook invocation (for quick ones). Default: offload every update.
 
     Raises:
-        ConfigurationError: a malformed ``secret_token``.
+        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, or
+            a malformed one.
     """
 
     def __init__(
@@ -188,17 +202,19 @@ class LambdaOffload:
         bot_id: int,
         function_name: str | None = None,
         lambda_client: Any = None,
-        secret_token: str | None = None,
+        secret_token: SecretTokens = None,
+        allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         on_store_error: StorePolicy = "fail_closed",
         offload_when: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
-        check_secret_token(secret_token)
+        self.secret = secret_check(
+            secret_token, allow_unauthenticated=allow_unauthenticated, where="LambdaOffload"
+        )
         self.idem = idem
         self.process = process
         self.bot_id = bot_id
         self.function_name = function_name
-        self.secret_token = secret_token
         self.max_body = max_body
         self.on_store_error: StorePolicy = on_store_error
         self.offload_when = offload_when
@@ -240,7 +256,7 @@ class LambdaOffload:
             ConfigurationError: no function name (neither given nor in ``context``).
             StoreError: worker only — the store could not answer before ``process``
                 ran; Lambda retries the async event.
-            InProgressError: worker only — another holder's lease is alive; Lambda
+            UpdateInProgressError: worker only — another holder's lease is alive; Lambda
                 retries the async event (the module doc says why).
             Exception: worker only — whatever ``process`` raised (claim released first);
                 Lambda retries the async event.
@@ -258,16 +274,16 @@ class LambdaOffload:
         method = http.get("method") if isinstance(http, Mapping) else None
         if isinstance(method, str) and method.upper() != "POST":
             raise _Refused(405, "POST only")
-        if self.secret_token is not None:
+        if self.secret.required:
             headers = event.get("headers")
             if not isinstance(headers, Mapping):
                 headers = {}
             given = next(
                 (str(v) for k, v in headers.items() if str(k).lower() == SECRET_HEADER.lower()),
-                "",
+                None,
             )
             # Function URLs deliver header names in lower case; any case is read.
-            if not secret_matches(given, self.secret_token):
+            if not self.secret.accepts(given):
                 raise _Refused(401, "wrong or missing secret token")
         body = event.get("body") or ""
         if event.get("isBase64Encoded"):
@@ -307,7 +323,15 @@ class LambdaOffload:
                 return _answer(503, "store unavailable")
             log.error("store outage: update %s processed unguarded (fail_open)", uid)
             return await self._hand_off(update, None, function)
-        if claim.outcome is not Outcome.ACQUIRED:
+        verdict = verdict_for(claim.outcome)
+        if verdict is Verdict.NOT_YET:
+            log.warning(
+                "update %s is in progress elsewhere: answered %d so Telegram re-sends it",
+                uid,
+                NOT_YET_STATUS,
+            )
+            return _answer(NOT_YET_STATUS, "in progress elsewhere")
+        if verdict is Verdict.DUPLICATE:
             return _answer(200, "duplicate")
         return await self._hand_off(update, claim, function)
 
@@ -440,16 +464,17 @@ class LambdaOffload:
             # End the webhook invocation's lease, only if its token still holds the key.
             await self.idem.store.release(key, token)
         claim = await self.idem.claim_update(update, bot_id=self.bot_id)
-        if claim.outcome is Outcome.IN_PROGRESS:
+        verdict = verdict_for(claim.outcome)
+        if verdict is Verdict.NOT_YET:
             # Another holder runs it. If that holder is dead (e.g. this event's own first
             # attempt, killed by the function timeout), only a retry of this event will
             # ever run the update: fail, so Lambda retries after its lease has ended.
-            raise InProgressError(
+            raise UpdateInProgressError(
                 f"update {uid} is being processed by another holder; retry later",
                 key=claim.record.key,
                 record=claim.record,
             )
-        if claim.outcome is not Outcome.ACQUIRED:
+        if verdict is Verdict.DUPLICATE:
             log.info("worker skipped update %s: already processed (%s)", uid, claim.outcome)
             return _answer(200, "skipped")
         try:

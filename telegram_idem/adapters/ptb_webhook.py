@@ -38,7 +38,12 @@ from telegram import Update
 
 from telegram_idem.adapters.ptb_common import AnyApplication, is_known
 from telegram_idem.adapters.ptb_processor import IdempotentUpdateProcessor
-from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
+from telegram_idem.adapters.webhook_checks import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_READ_TIMEOUT,
+    read_update,
+)
+from telegram_idem.webhook_secret import SecretTokens, secret_check
 from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
 from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.guard import Idem
@@ -71,9 +76,10 @@ def ptb_webhook(
     application: AnyApplication,
     idem: Idem,
     *,
-    secret_token: str | None,
+    secret_token: SecretTokens,
     allow_unauthenticated: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
     bot_id: int | None = None,
 ) -> Handler:
     """The aiohttp request handler for Telegram's webhook POSTs (see the module's table):
@@ -88,11 +94,12 @@ def ptb_webhook(
             (its ``on_store_error`` applies to the answer too).
         idem: the processor's guard.
         secret_token: the ``secret_token`` given to ``setWebhook`` (Bot API, ``setWebhook``:
-            sent back in ``X-Telegram-Bot-Api-Secret-Token``), or ``None`` with
-            ``allow_unauthenticated=True``.
+            sent back in ``X-Telegram-Bot-Api-Secret-Token``), several while rotating, or
+            ``None`` with ``allow_unauthenticated=True``.
         allow_unauthenticated: with ``secret_token=None``, accept any POST; a WARNING is
             logged now (anyone who finds the URL can then forge updates).
         max_body: largest body accepted, bytes.
+        read_timeout: seconds a request body may take to arrive (then 408).
         bot_id: the bot's id (default: the number before ``:`` in the application's token).
 
     Returns:
@@ -104,21 +111,16 @@ def ptb_webhook(
             ``secret_token=None`` without ``allow_unauthenticated=True``, or both given.
     """
     processor = _processor(application, idem)
-    secret = check_secret_token(secret_token)
-    if secret is None and not allow_unauthenticated:
-        raise ConfigurationError(
-            "ptb_webhook needs the secret_token given to setWebhook; pass "
-            "allow_unauthenticated=True to accept forged updates from anyone"
-        )
-    if secret is not None and allow_unauthenticated:
-        raise ConfigurationError("ptb_webhook: allow_unauthenticated=True contradicts a secret")
-    if secret is None:
-        log.warning("ptb_webhook without a secret_token accepts forged updates from anyone")
+    secret = secret_check(
+        secret_token, allow_unauthenticated=allow_unauthenticated, where="ptb_webhook"
+    )
     bot = bot_id if bot_id is not None else bot_id_from_token(application.bot.token)
     processor.attach(application)
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        raw = await read_update(request, secret=secret, max_body=max_body)
+        raw = await read_update(
+            request, secret=secret, max_body=max_body, read_timeout=read_timeout
+        )
         try:
             update = Update.de_json(raw, application.bot)
         except Exception as exc:
@@ -154,7 +156,7 @@ def ptb_webhook_app(
     application: AnyApplication,
     idem: Idem,
     *,
-    secret_token: str | None,
+    secret_token: SecretTokens,
     allow_unauthenticated: bool = False,
     path: str = "/webhook",
     max_body: int = DEFAULT_MAX_BODY,

@@ -1,15 +1,21 @@
 """Fast-ack webhook ingress (aiohttp, no bot framework): check, admit, answer.
 
-Request → secret token (constant time) → body bound → JSON with an integer
-``update_id`` → the update guard claim **and** the inbox entry written together → 200.
+Request → secret token (constant time) → body bound and read timeout → JSON with an
+integer ``update_id`` → the update guard claim **and** the inbox entry written together →
+200. The table for every ingress shape is ``docs/answers.md``.
 
 | situation                                    | answer                                   |
 |----------------------------------------------|------------------------------------------|
 | secret header missing or wrong               | 401, nothing stored                      |
 | body over ``max_body`` bytes                 | 413                                      |
+| body incomplete after ``read_timeout`` s     | 408                                      |
 | not JSON / no integer ``update_id``          | 400                                      |
 | new update (any type, unknown ones included) | 200, one inbox entry                     |
-| duplicate                                    | 200, no second entry                     |
+| an update the framework cannot parse         | 200, one inbox entry; the worker's       |
+|                                              | dispatch fails and it becomes a dead     |
+|                                              | letter (re-sending could never parse it) |
+| duplicate                                    | 200, no second entry (the inbox owns the |
+|                                              | update from its first admission)         |
 | store outage, ``fail_closed`` (default)      | 503: Telegram re-sends later             |
 | store outage, ``fail_open``                  | 200, dispatched in-process, logged loudly|
 
@@ -27,12 +33,17 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from telegram_idem.adapters.webhook_checks import DEFAULT_MAX_BODY, check_secret_token, read_update
+from telegram_idem.adapters.webhook_checks import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_READ_TIMEOUT,
+    read_update,
+)
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.entries import Ordering, new_entry
 from telegram_idem.inbox.worker import Dispatch
 from telegram_idem.logs import log_decision
+from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["WebhookIngress", "new_entry"]
 
@@ -45,8 +56,12 @@ class WebhookIngress:
     Args:
         idem: the guard; its store must have an inbox (memory, SQLite, Postgres, Redis).
         bot_id: the bot the updates are for.
-        secret_token: the ``secret_token`` of ``setWebhook``, or ``None``.
+        secret_token: the ``secret_token`` of ``setWebhook`` (required), or a sequence of
+            secrets all accepted while rotating (:mod:`telegram_idem.webhook_secret`).
+        allow_unauthenticated: with ``secret_token=None``, accept requests without a
+            secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes.
+        read_timeout: seconds the request body may take to arrive (then 408).
         on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` dispatches the update
             in-process with ``fail_open_dispatch`` (unguarded) and answers 200.
         fail_open_dispatch: required for ``fail_open``.
@@ -56,8 +71,9 @@ class WebhookIngress:
             :class:`~telegram_idem.inbox.entries.Ordering`.
 
     Raises:
-        ConfigurationError: malformed ``secret_token``, the store has no inbox, or
-            ``fail_open`` without ``fail_open_dispatch``.
+        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
+            malformed ``secret_token``, the store has no inbox, or ``fail_open`` without
+            ``fail_open_dispatch``.
     """
 
     def __init__(
@@ -65,8 +81,10 @@ class WebhookIngress:
         idem: Idem,
         *,
         bot_id: int,
-        secret_token: str | None = None,
+        secret_token: SecretTokens = None,
+        allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
         fail_open_dispatch: Dispatch | None = None,
         on_admitted: Callable[[], None] | None = None,
@@ -79,8 +97,11 @@ class WebhookIngress:
         self.idem = idem
         self.inbox = idem.store.inbox()
         self.bot_id = bot_id
-        self.secret_token = check_secret_token(secret_token)
+        self.secret = secret_check(
+            secret_token, allow_unauthenticated=allow_unauthenticated, where="WebhookIngress"
+        )
         self.max_body = max_body
+        self.read_timeout = read_timeout
         self.on_store_error = on_store_error
         self.fail_open_dispatch = fail_open_dispatch
         self.on_admitted = on_admitted
@@ -93,9 +114,11 @@ class WebhookIngress:
         """Answer one webhook POST (see the module's table).
 
         Raises:
-            aiohttp.web.HTTPException: 401, 413, 400 or 503 as in the table.
+            aiohttp.web.HTTPException: 401, 413, 408, 400 or 503 as in the table.
         """
-        update = await read_update(request, secret=self.secret_token, max_body=self.max_body)
+        update = await read_update(
+            request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout
+        )
         entry = new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering)
         started = time.perf_counter()
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ from botocore.stub import Stubber
 
 from telegram_idem import Idem, ManualClock, Outcome, Status, current_update
 from telegram_idem.adapters.aws_lambda import LambdaOffload
-from telegram_idem.errors import ConfigurationError, InProgressError
+from telegram_idem.errors import ConfigurationError, InProgressError, UpdateInProgressError
 from telegram_idem.testing.delivery import load_fixture, make_double_tap
 
 BOT = 7000000001
@@ -183,16 +184,21 @@ async def test_new_update_is_claimed_offloaded_and_answered_200(
     assert await status_of(idem, update) is Status.IN_PROGRESS
 
 
-async def test_duplicate_is_answered_200_without_invoking(
+async def test_resend_in_progress_is_503_and_after_completion_a_duplicate(
     offload: LambdaOffload, stubber: Stubber, process: Recorder
 ) -> None:
     update = load_fixture("techpost_no_title")
-    expect_invoke(stubber, update)
+    payload = expect_invoke(stubber, update)
     assert (await offload.handle(http_event(update), CONTEXT))["body"] == "queued"
-    for _ in range(4):  # Telegram re-sends after its timeout
+    for _ in range(4):  # Telegram re-sends while the worker holds the claim: not yet
         answer = await offload.handle(http_event(update), CONTEXT)
-        assert answer["statusCode"] == 200 and answer["body"] == "duplicate"
+        assert answer["statusCode"] == 503
     # a fifth invoke would fail the stubber ("Unexpected API Call")
+    assert payload.seen is not None
+    assert (await offload.handle(payload.seen, None))["body"] == "processed"
+    answer = await offload.handle(http_event(update), CONTEXT)
+    assert answer["statusCode"] == 200 and answer["body"] == "duplicate"
+    assert process.runs == [update["update_id"]]
 
 
 async def test_access_denied_falls_back_to_inline_processing_under_the_guard(
@@ -222,7 +228,9 @@ async def test_inline_failure_answers_500_and_releases_the_claim(
     idem: Idem, client: Any, stubber: Stubber
 ) -> None:
     process = Recorder(fail_times=1)
-    offload = LambdaOffload(idem, process, bot_id=BOT, lambda_client=client)
+    offload = LambdaOffload(
+        idem, process, bot_id=BOT, lambda_client=client, allow_unauthenticated=True
+    )
     update = load_fixture("techpost_command")
     for _ in range(2):
         stubber.add_client_error("invoke", "AccessDeniedException", http_status_code=403)
@@ -262,7 +270,9 @@ async def test_invoke_without_an_answer_is_503_and_still_runs_once(
     idem: Idem, process: Recorder
 ) -> None:
     client = FlakyLambda()
-    offload = LambdaOffload(idem, process, bot_id=BOT, lambda_client=client)
+    offload = LambdaOffload(
+        idem, process, bot_id=BOT, lambda_client=client, allow_unauthenticated=True
+    )
     update = load_fixture("techpost_command")
     assert (await offload.handle(http_event(update, secret=None), CONTEXT))["statusCode"] == 503
     # Telegram re-sends: the claim was released, so the re-send claims and queues again
@@ -276,7 +286,7 @@ async def test_invoke_without_an_answer_is_503_and_still_runs_once(
     outcomes = sorted(
         [r["body"] if isinstance(r, dict) else type(r).__name__ for r in (first, second)]
     )
-    assert outcomes in (["InProgressError", "processed"], ["processed", "skipped"])
+    assert outcomes in (["UpdateInProgressError", "processed"], ["processed", "skipped"])
     for event in (lost, queued):  # Lambda's retries, after the run completed
         assert (await offload.handle(event, None))["body"] == "skipped"
     assert process.runs == [update["update_id"]]
@@ -284,7 +294,12 @@ async def test_invoke_without_an_answer_is_503_and_still_runs_once(
 
 async def test_function_name_can_be_given(idem: Idem, client: Any, stubber: Stubber) -> None:
     offload = LambdaOffload(
-        idem, Recorder(), bot_id=BOT, lambda_client=client, function_name="blog-bot-worker"
+        idem,
+        Recorder(),
+        bot_id=BOT,
+        lambda_client=client,
+        function_name="blog-bot-worker",
+        allow_unauthenticated=True,
     )
     update = load_fixture("callback_delete")
     stubber.add_response(
@@ -302,7 +317,9 @@ async def test_function_name_can_be_given(idem: Idem, client: Any, stubber: Stub
 async def test_function_name_falls_back_to_the_context_function_name(
     idem: Idem, client: Any, stubber: Stubber
 ) -> None:
-    offload = LambdaOffload(idem, Recorder(), bot_id=BOT, lambda_client=client)
+    offload = LambdaOffload(
+        idem, Recorder(), bot_id=BOT, lambda_client=client, allow_unauthenticated=True
+    )
     update = load_fixture("callback_delete")
     stubber.add_response(
         "invoke",
@@ -329,6 +346,7 @@ async def test_offload_when_false_processes_quick_updates_inline(
         bot_id=BOT,
         lambda_client=client,
         offload_when=lambda update: "callback_query" not in update,
+        allow_unauthenticated=True,
     )
     tap = load_fixture("callback_delete")
     assert (await offload.handle(http_event(tap, secret=None), CONTEXT))["body"] == "processed"
@@ -385,7 +403,9 @@ async def test_base64_bodies_are_decoded(offload: LambdaOffload, stubber: Stubbe
 
 
 async def test_oversized_body_is_413(idem: Idem, client: Any) -> None:
-    offload = LambdaOffload(idem, Recorder(), bot_id=BOT, lambda_client=client, max_body=200)
+    offload = LambdaOffload(
+        idem, Recorder(), bot_id=BOT, lambda_client=client, max_body=200, allow_unauthenticated=True
+    )
     update = load_fixture("callback_delete")
     assert len(json.dumps(update)) > 200
     for b64 in (False, True):
@@ -410,7 +430,9 @@ async def test_store_outage_fails_closed_with_503(
     broken_idem: Idem, client: Any, stubber: Stubber
 ) -> None:
     process = Recorder()
-    offload = LambdaOffload(broken_idem, process, bot_id=BOT, lambda_client=client)
+    offload = LambdaOffload(
+        broken_idem, process, bot_id=BOT, lambda_client=client, allow_unauthenticated=True
+    )
     event = http_event(load_fixture("techpost_command"), secret=None)
     answer = await offload.handle(event, CONTEXT)
     assert answer["statusCode"] == 503
@@ -422,7 +444,12 @@ async def test_store_outage_fail_open_offloads_unguarded(
 ) -> None:
     process = Recorder()
     offload = LambdaOffload(
-        broken_idem, process, bot_id=BOT, lambda_client=client, on_store_error="fail_open"
+        broken_idem,
+        process,
+        bot_id=BOT,
+        lambda_client=client,
+        on_store_error="fail_open",
+        allow_unauthenticated=True,
     )
     update = load_fixture("techpost_command")
     payload = expect_invoke(stubber, update, claimed=False)
@@ -473,7 +500,7 @@ async def test_the_same_worker_event_delivered_concurrently_runs_once(
     )
     assert [a["body"] for a in answers if isinstance(a, dict)] == ["processed"]
     # the others fail so Lambda retries them; by then the update is done
-    assert [type(a) for a in answers if not isinstance(a, dict)] == [InProgressError] * 4
+    assert [type(a) for a in answers if not isinstance(a, dict)] == [UpdateInProgressError] * 4
     assert (await offload.handle(event, None))["body"] == "skipped"
     assert process.runs == [update["update_id"]]
 
@@ -588,7 +615,9 @@ def test_sync_handler_keeps_one_loop_across_invocations(idem: Idem) -> None:
     async def process(update: dict[str, Any]) -> None:
         loops.append(asyncio.get_running_loop())
 
-    offload = LambdaOffload(idem, process, bot_id=BOT, lambda_client=object())
+    offload = LambdaOffload(
+        idem, process, bot_id=BOT, lambda_client=object(), allow_unauthenticated=True
+    )
     try:
         for name in ("techpost_command", "techpost_no_title"):
             event = {"is_async_worker": True, "update_data": load_fixture(name)}
@@ -596,3 +625,56 @@ def test_sync_handler_keeps_one_loop_across_invocations(idem: Idem) -> None:
     finally:
         offload.close()
     assert len(loops) == 2 and loops[0] is loops[1] and loops[0].is_closed()
+
+
+# ------------------------------------------------- in progress elsewhere (item 1)
+
+
+async def test_a_dead_holders_claim_is_503_then_the_resend_after_its_lease_runs_once(
+    offload: LambdaOffload, stubber: Stubber, idem: Idem, process: Recorder, clock: ManualClock
+) -> None:
+    """A first run was killed (platform timeout, OOM) or its claim was applied after the
+    store client timed out: a fresh instance gets Telegram's re-send within the lease."""
+    update = load_fixture("techpost_command")
+    dead = await idem.claim_update(update, bot_id=BOT)
+    assert dead.outcome is Outcome.ACQUIRED
+    answer = await offload.handle(http_event(update), CONTEXT)
+    assert answer["statusCode"] == 503  # not "duplicate": Telegram must re-send it
+    assert process.runs == []
+    clock.advance(idem.lease + 1)  # the dead run's lease ends
+    payload = expect_invoke(stubber, update)
+    assert (await offload.handle(http_event(update), CONTEXT))["body"] == "queued"
+    assert payload.seen is not None
+    assert (await offload.handle(payload.seen, None))["body"] == "processed"
+    assert process.runs == [update["update_id"]]
+    assert await status_of(idem, update) is Status.COMPLETED
+
+
+# ----------------------------------------------------------- secrets (item 14)
+
+
+def test_a_secret_is_required_unless_opted_out(
+    idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ConfigurationError, match="secret_token is required"):
+        LambdaOffload(idem, Recorder(), bot_id=BOT)
+    caplog.set_level(logging.WARNING, logger="telegram_idem.webhook")
+    LambdaOffload(idem, Recorder(), bot_id=BOT, allow_unauthenticated=True)
+    assert any("without a secret token" in r.message for r in caplog.records)
+
+
+async def test_two_secrets_are_accepted_while_rotating(
+    idem: Idem, client: Any, stubber: Stubber
+) -> None:
+    offload = LambdaOffload(
+        idem, Recorder(), bot_id=BOT, lambda_client=client, secret_token=["old1", "new2"]
+    )
+    first, second = load_fixture("techpost_command"), load_fixture("techpost_no_title")
+    expect_invoke(stubber, first)
+    expect_invoke(stubber, second)
+    assert (await offload.handle(http_event(first, secret="old1"), CONTEXT))["statusCode"] == 200
+    assert (await offload.handle(http_event(second, secret="new2"), CONTEXT))["statusCode"] == 200
+    third = load_fixture("callback_delete")
+    for secret in ("other", None):
+        answer = await offload.handle(http_event(third, secret=secret), CONTEXT)
+        assert answer["statusCode"] == 401

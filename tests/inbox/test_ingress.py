@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.types import Message
 from aiohttp import web
 
-from telegram_idem import Idem, idempotent
+from telegram_idem import ConfigurationError, Idem, MalformedUpdateError, idempotent
 from telegram_idem.adapters.aiogram import (
     IdempotencyMiddleware,
     aiogram_get_updates,
@@ -107,7 +108,7 @@ async def test_bad_requests_are_refused_and_store_nothing(
 
 async def test_store_outage_fails_closed_with_503(tmp_path: Path) -> None:
     broken = Idem(f"sqlite:///{tmp_path}")  # a directory: the database cannot open
-    ingress = WebhookIngress(broken, bot_id=7)
+    ingress = WebhookIngress(broken, bot_id=7, allow_unauthenticated=True)
     runner, url = await _serve(ingress.handle)
     try:
         async with TelegramDelivery(url, max_attempts=1) as tg:
@@ -126,7 +127,11 @@ async def test_store_outage_fail_open_dispatches_and_answers_200(tmp_path: Path)
         seen.append(update["update_id"])
 
     ingress = WebhookIngress(
-        broken, bot_id=7, on_store_error="fail_open", fail_open_dispatch=dispatch
+        broken,
+        bot_id=7,
+        on_store_error="fail_open",
+        fail_open_dispatch=dispatch,
+        allow_unauthenticated=True,
     )
     runner, url = await _serve(ingress.handle)
     try:
@@ -188,3 +193,101 @@ async def test_a_body_arriving_in_pieces_is_read_whole(idem: Idem) -> None:
     finally:
         await runner.cleanup()
     assert await idem.store.inbox().depth() == 1
+
+
+# ------------------------------------------------------------- secrets (item 14)
+
+
+def test_a_secret_is_required_unless_opted_out(
+    idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ConfigurationError, match="secret_token is required"):
+        WebhookIngress(idem, bot_id=7)
+    with pytest.raises(ConfigurationError, match="secret_token is required"):
+        WebhookIngress(idem, bot_id=7, secret_token=[])
+    with pytest.raises(ConfigurationError, match="1-256"):
+        WebhookIngress(idem, bot_id=7, secret_token=[SECRET, "has spaces"])
+    with pytest.raises(ConfigurationError, match="contradicts"):
+        WebhookIngress(idem, bot_id=7, secret_token=SECRET, allow_unauthenticated=True)
+    caplog.set_level(logging.WARNING, logger="telegram_idem.webhook")
+    WebhookIngress(idem, bot_id=7, allow_unauthenticated=True)
+    assert [r.levelno for r in caplog.records if "without a secret" in r.message] == [
+        logging.WARNING
+    ]
+
+
+async def test_two_secrets_are_accepted_while_rotating(idem: Idem) -> None:
+    ingress = WebhookIngress(idem, bot_id=7, secret_token=["old-secret", "new-secret"])
+    runner, url = await _serve(ingress.handle)
+    statuses: list[int] = []
+    try:
+        async with aiohttp.ClientSession() as s:
+            for update_id, secret in enumerate(("old-secret", "new-secret", "other", ""), 1):
+                body = json.dumps({"update_id": update_id, "message": {}}).encode()
+                headers = {"X-Telegram-Bot-Api-Secret-Token": secret}
+                async with s.post(url, data=body, headers=headers) as resp:
+                    statuses.append(resp.status)
+    finally:
+        await runner.cleanup()
+    assert statuses == [200, 200, 401, 401]
+    assert await idem.store.inbox().depth() == 2
+
+
+# ------------------------------------------------- a body that never ends (item 17)
+
+
+async def test_a_body_that_never_finishes_is_answered_408_within_the_read_timeout(
+    idem: Idem,
+) -> None:
+    ingress = WebhookIngress(idem, bot_id=7, secret_token=SECRET, read_timeout=0.5)
+    runner, url = await _serve(ingress.handle)
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"X-Telegram-Bot-Api-Secret-Token: " + SECRET.encode() + b"\r\n"
+            b"Content-Length: 1000\r\n\r\n" + b'{"update_id": 1, "mess'
+        )
+        await writer.drain()  # ... and the rest never comes
+        async with asyncio.timeout(10):  # bounded: the server must answer on its own
+            status_line = await reader.readline()
+    finally:
+        writer.close()
+        await runner.cleanup()
+    assert status_line.split()[1] == b"408"
+    assert await idem.store.inbox().depth() == 0
+
+
+# ------------------------------------- an update aiogram cannot parse (item 15)
+
+
+async def test_an_update_aiogram_cannot_parse_is_admitted_and_its_dispatch_says_why(
+    idem: Idem,
+) -> None:
+    """JSON with an integer update_id is acknowledged (a re-send could never parse); the
+    worker's dispatch raises MalformedUpdateError, a non-retryable error."""
+    ingress = WebhookIngress(idem, bot_id=7, secret_token=SECRET)
+    runner, url = await _serve(ingress.handle)
+    broken = {"update_id": 77, "message": {"text": "no chat, no date"}}
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                url,
+                data=json.dumps(broken).encode(),
+                headers={"X-Telegram-Bot-Api-Secret-Token": SECRET},
+            ) as resp,
+        ):
+            assert resp.status == 200
+    finally:
+        await runner.cleanup()
+    assert await idem.store.inbox().depth() == 1
+    async with FakeBotAPI() as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        try:
+            dispatch = inbox_dispatch(Dispatcher(), bot)
+            with pytest.raises(MalformedUpdateError, match="does not parse"):
+                await dispatch(broken)
+        finally:
+            await bot.session.close()
