@@ -43,11 +43,11 @@ from telegram_idem.adapters.webhook_checks import (
     DEFAULT_READ_TIMEOUT,
     read_update,
 )
-from telegram_idem.webhook_secret import SecretTokens, secret_check
 from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
 from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.updates import bot_id_from_token
+from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["Handler", "ptb_webhook", "ptb_webhook_app"]
 
