@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from typing import Any
@@ -30,14 +31,19 @@ from telegram_idem.errors import (
 from telegram_idem.guard import Idem
 from telegram_idem.records import Outcome, Status
 
-__all__ = ["MAX_CALLBACK_DATA_BYTES", "CallbackTokens"]
+__all__ = ["MAX_CALLBACK_DATA_BYTES", "MAX_TOKEN_TTL", "CallbackTokens"]
 
 MAX_CALLBACK_DATA_BYTES = 64
 """Bot API, ``InlineKeyboardButton.callback_data``: 1–64 bytes."""
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,16}$")
+MAX_TOKEN_TTL = 10 * 366 * 86400.0
+"""The longest a token may live: 10 years, in seconds (its expiry must fit the token's
+8 base-36 digits, and a store must keep its payload that long)."""
+
+# Always matched with ``fullmatch``: ``$`` alone would accept a trailing newline.
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,16}")
 _TOKEN = re.compile(
-    r"^([A-Za-z0-9_-]{1,16}):([A-Za-z0-9_-]{11})\.([0-9a-z]{1,8})\.([A-Za-z0-9_-]{16})$"
+    r"([A-Za-z0-9_-]{1,16}):([A-Za-z0-9_-]{11})\.([0-9a-z]{1,8})\.([A-Za-z0-9_-]{16})"
 )
 
 
@@ -51,11 +57,13 @@ class CallbackTokens:
     Args:
         idem: the guard whose store keeps the payloads.
         secret: HMAC key (≥ 16 bytes; keep it out of the repository).
-        ttl: default seconds a token lives (default 7 days).
+        ttl: default seconds a token lives (default 7 days; at most
+            :data:`MAX_TOKEN_TTL`).
         clock: seconds since the epoch; default the guard's clock.
 
     Raises:
-        ConfigurationError: the secret is shorter than 16 bytes.
+        ConfigurationError: the secret is shorter than 16 bytes, or ``ttl`` is not in
+            ``(0, MAX_TOKEN_TTL]``.
     """
 
     def __init__(
@@ -71,7 +79,7 @@ class CallbackTokens:
             raise ConfigurationError("a callback token secret needs at least 16 bytes")
         self._idem = idem
         self._secret = key
-        self.ttl = ttl
+        self.ttl = _check_ttl(ttl)
         self._clock = clock or idem.clock
 
     def _sign(self, body: str) -> str:
@@ -86,16 +94,17 @@ class CallbackTokens:
             prefix: 1–16 chars of ``A-Z a-z 0-9 _ -``, e.g. ``"del"`` (handlers filter on it).
             payload: any value the guard's codec can store.
             bot_id: the bot whose buttons carry the token.
-            ttl: seconds the token lives (default :attr:`ttl`).
+            ttl: seconds the token lives (default :attr:`ttl`; at most
+                :data:`MAX_TOKEN_TTL`).
 
         Raises:
-            ConfigurationError: bad prefix.
+            ConfigurationError: bad prefix, or ``ttl`` not in ``(0, MAX_TOKEN_TTL]``.
             ResultEncodingError: the payload cannot be stored.
             StoreError: the store could not answer.
         """
-        if not _PREFIX.match(prefix):
+        if not _PREFIX.fullmatch(prefix):
             raise ConfigurationError(f"callback token prefix must match {_PREFIX.pattern}")
-        life = ttl if ttl is not None else self.ttl
+        life = _check_ttl(ttl) if ttl is not None else self.ttl
         token_id = _b64(secrets.token_bytes(8))
         expiry = _base36(int(self._clock() + life) + 1)
         body = f"{prefix}:{token_id}.{expiry}"
@@ -115,7 +124,7 @@ class CallbackTokens:
             ForgedCallbackTokenError: not a token this secret signed.
             ExpiredCallbackTokenError: past its expiry.
         """
-        match = _TOKEN.match(data)
+        match = _TOKEN.fullmatch(data)
         if match is None:
             raise ForgedCallbackTokenError("callback data is not a callback token", data=data)
         prefix, token_id, expiry, sig = match.groups()
@@ -143,8 +152,17 @@ class CallbackTokens:
     @staticmethod
     def prefix_of(data: str) -> str | None:
         """The prefix of ``data`` if it has the token shape (unverified), else ``None``."""
-        match = _TOKEN.match(data)
+        match = _TOKEN.fullmatch(data)
         return match.group(1) if match else None
+
+
+def _check_ttl(ttl: float) -> float:
+    if not (0 < ttl <= MAX_TOKEN_TTL and math.isfinite(ttl)):
+        raise ConfigurationError(
+            f"callback token ttl must be > 0 and at most {MAX_TOKEN_TTL:.0f} seconds "
+            f"(10 years), got {ttl}"
+        )
+    return float(ttl)
 
 
 def _base36(n: int) -> str:

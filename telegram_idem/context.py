@@ -39,10 +39,18 @@ class UpdateContext:
 
 @dataclass(frozen=True, slots=True)
 class ActionContext:
-    """The action being run: its key and the holder's fencing token."""
+    """The action being run.
+
+    Attributes:
+        key: the action's full key.
+        token: the holder's fencing token.
+        idem: the guard running it; its steps and locks use this guard's store, whichever
+            :class:`Idem` they are called on.
+    """
 
     key: str
     token: int
+    idem: Idem
 
 
 _update: ContextVar[UpdateContext | None] = ContextVar("telegram_idem_update", default=None)
@@ -87,9 +95,9 @@ class bind_update:
 
 
 @contextmanager
-def bind_action(key: str, token: int) -> Iterator[ActionContext]:
+def bind_action(key: str, token: int, idem: Idem) -> Iterator[ActionContext]:
     """Bind the running action (used by the action guard)."""
-    ctx = ActionContext(key, token)
+    ctx = ActionContext(key, token, idem)
     reset = _action.set(ctx)
     try:
         yield ctx

@@ -16,20 +16,37 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from telegram_idem.context import current_update
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import ErrorPolicy, InProgressPolicy
-from telegram_idem.keys import KeySource, fingerprint, render_template
+from telegram_idem.keys import KeySource, fingerprint, render_key
 
-__all__ = ["FingerprintSource", "idempotent"]
+__all__ = ["FingerprintSource", "idempotent", "wrapper_of"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 FingerprintSource = Sequence[str] | Callable[[Mapping[str, Any]], object]
 """Dotted update fields whose values make the fingerprint, or a callable on the update."""
+
+
+_WRAPPERS: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def wrapper_of(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The ``@idempotent`` wrapper made around ``fn``, or ``None`` if ``fn`` was never
+    wrapped. A framework adapter uses it to find handlers registered unwrapped (the
+    decorator placed above the router's decorator)."""
+    try:
+        return _WRAPPERS.get(fn)
+    except TypeError:  # not weak-referenceable: never wrapped
+        return None
 
 
 def _field(update: Mapping[str, Any], path: str) -> object:
@@ -48,6 +65,7 @@ def idempotent(
     lease: float | None = None,
     retention: float | None = None,
     wait_timeout: float | None = None,
+    window: float | None = None,
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
     """Make an async handler run once per idempotency key; repeats replay its result.
 
@@ -55,22 +73,33 @@ def idempotent(
         key: a template over the update (dotted paths such as
             ``"{callback_query.from.id}"`` and the shorthands ``{bot_id}``, ``{chat_id}``,
             ``{user_id}``, ``{message_id}``, ``{thread_id}``, ``{callback_data}``), or a
-            callable ``(update: dict) -> str``.
+            callable ``(update: dict) -> str`` that must return a non-empty ``str``.
         fingerprint_fields: update fields (dotted paths) or a callable whose value is
             hashed; the same key with a different fingerprint raises ``ConflictError``.
         in_progress: ``"raise"`` | ``"wait"`` | ``"drop"`` (see :meth:`Idem.run`).
         on_error: ``"release"`` (default: a retry runs again) | ``"store"``.
         lease, retention, wait_timeout: seconds; default the guard's settings.
+        window: seconds a finished run is replayed (a double-tap window for navigation
+            buttons: a repeat within ``window`` seconds after the run finished is a
+            replay, a later one runs again); independent of ``lease``. Not together
+            with ``retention``. See :meth:`telegram_idem.Idem.run`.
 
     Raises (at call time):
         ConfigurationError: no update bound (adapter not installed).
-        KeyTemplateError: the template names a field the update lacks.
+        KeyTemplateError: the template names a field the update lacks, or the key
+            callable returned anything but a non-empty ``str`` (nothing is stored).
         ConflictError, InProgressError, StoredFailureError, LostClaimError, StoreError:
             see :meth:`telegram_idem.Idem.run`.
 
     Raises (at decoration):
         TypeError: the handler is not an ``async def``.
+        ConfigurationError: ``window`` given with ``retention``, or not > 0.
     """
+    if window is not None and (retention is not None or not window > 0):
+        raise ConfigurationError(
+            f"@idempotent: window must be > 0 seconds and not given with retention "
+            f"(window={window!r}, retention={retention!r})"
+        )
 
     def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         if not inspect.iscoroutinefunction(inspect.unwrap(fn)):
@@ -80,11 +109,7 @@ def idempotent(
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
             ctx = current_update()
-            action = (
-                key(ctx.update)
-                if callable(key)
-                else render_template(key, ctx.update, bot_id=ctx.bot_id)
-            )
+            action = render_key(key, ctx.update, bot_id=ctx.bot_id)
             fp: str | None = None
             if fingerprint_fields is not None:
                 if callable(fingerprint_fields):
@@ -101,8 +126,13 @@ def idempotent(
                 retention=retention,
                 wait_timeout=wait_timeout,
                 handler=name,
+                window=window,
             )
 
+        try:
+            _WRAPPERS[fn] = wrapper
+        except TypeError:  # not weak-referenceable (rare callables): nothing to detect
+            pass
         return wrapper
 
     return decorate

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
@@ -61,9 +62,10 @@ class Idem:
         update_retention: seconds an update id is remembered (default 48 h; Telegram keeps
             undelivered updates at most 24 h — Bot API, "Getting updates").
         action_retention: seconds an action's result is kept for replay (default 24 h).
-        clock: seconds since the epoch, for ``retry_after`` and callback token expiry; also
-            given to a store made from a URL (``None``: the store's own time source, the
-            server's clock for server stores).
+        clock: seconds since the epoch, for callback token expiry; also given to a store
+            made from a URL (``None``: the store's own time source, the server's clock
+            for server stores). Leases, lock expiry and ``retry_after`` are always
+            judged by the store's clock.
         sleep: awaited between polls of the ``wait`` policy (inject in tests).
         heartbeat: extend leases while work runs.
         lock_retention: seconds a lock's record is kept after its ttl, so fencing tokens
@@ -255,6 +257,7 @@ class Idem:
         wait_timeout: float | None = None,
         handler: str | None = None,
         boundary: str = "action",
+        window: float | None = None,
     ) -> T:
         """Run ``fn`` at most once per ``key``; later calls get its stored result.
 
@@ -272,8 +275,15 @@ class Idem:
             lease: seconds (default the guard's).
             retention: seconds the result is kept (default ``action_retention``).
             handler: name for the decision log.
+            window: seconds the outcome is replayed after the work *finishes*, instead
+                of ``retention`` (a dedup window for navigation buttons: a repeat within
+                ``window`` seconds replays, a later one runs again). The lease is not
+                affected: a repeat while the work runs is in progress, however long it
+                runs. ``None`` (default): ``retention`` applies.
 
         Raises:
+            ConfigurationError: ``window`` is not a positive finite number, or is given
+                together with ``retention``.
             ConflictError: same key, different fingerprint.
             InProgressError: policy ``raise``, or ``wait`` timed out.
             StoredFailureError: replay of a stored failure.
@@ -284,7 +294,15 @@ class Idem:
             Exception: whatever ``fn`` raised.
         """
         lease = lease or self.lease
-        retention = retention or self.action_retention
+        if window is not None:
+            if retention is not None:
+                raise ConfigurationError("give an action a window= or a retention=, not both")
+            if not (window > 0 and math.isfinite(window)):
+                raise ConfigurationError(f"window must be > 0 seconds, got {window}")
+            # The record must outlive the lease while in progress; once done, the window.
+            retention, kept = max(lease, window), window
+        else:
+            retention = kept = retention or self.action_retention
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
         waited = False
@@ -306,7 +324,7 @@ class Idem:
                 level=logging.WARNING if outcome is Outcome.CONFLICT else logging.INFO,
             )
             if outcome is Outcome.ACQUIRED:
-                return await self._run_acquired(claim, fn, on_error, lease, retention)
+                return await self._run_acquired(claim, fn, on_error, lease, kept)
             if outcome is Outcome.REPLAY:
                 assert claim.record.result is not None
                 return self.codec.decode(claim.record.result)  # type: ignore[no-any-return]
@@ -339,7 +357,7 @@ class Idem:
     ) -> T:
         key, token = claim.record.key, claim.token
         try:
-            with bind_action(key, token):
+            with bind_action(key, token, self):
                 with self._heartbeat(key, token, lease):
                     value = await fn()
         except Exception as exc:
@@ -367,6 +385,8 @@ class Idem:
         """Run the side-effect step ``name`` once inside the current action.
 
         A retried action skips steps that completed and gets their stored results.
+        Inside an action, the step is recorded by the :class:`Idem` running the action
+        (next to the action's own record), whichever :class:`Idem` it is called on.
 
         Args:
             name: the step's name, unique within its action.
@@ -379,8 +399,10 @@ class Idem:
             InProgressError, LostClaimError, ResultEncodingError, StoreError: as
                 :meth:`run`; and whatever ``fn`` raised.
         """
+        action = current_action()
+        if action is not None and action.idem is not self:
+            return await action.idem.step(name, fn, *args, key=key, **kwargs)
         if key is None:
-            action = current_action()
             if action is None:
                 raise ConfigurationError(
                     f"step {name!r} needs a running @idempotent action, or an explicit key="
@@ -394,72 +416,114 @@ class Idem:
 
     @contextlib.asynccontextmanager
     async def lock(
-        self, name: str, *, bot_id: int | None = None, ttl: float = 120.0
+        self,
+        name: str,
+        *,
+        bot_id: int | None = None,
+        ttl: float = 120.0,
+        wait: float = 0.0,
     ) -> AsyncIterator[Claim]:
         """Hold the lock ``name`` for the block; released in ``finally``.
 
+        While the block runs, a heartbeat renews the lock every ``ttl / 3`` seconds (if
+        the guard's ``heartbeat`` is on), so a holder may work longer than ``ttl``;
+        ``ttl`` only bounds how long a holder that *crashed* keeps others out. Expiry
+        and ``retry_after`` are judged by the store's clock (see
+        :mod:`telegram_idem.locks`).
+
         Inside an action, the action owns the lock: if the action is taken over after its
-        holder died, the new holder takes the lock over too instead of waiting ``ttl``
-        (see :mod:`telegram_idem.locks`).
+        holder died, the new holder takes the lock over too instead of waiting ``ttl``.
+        The lock is then kept in the store of the :class:`Idem` running the action,
+        whichever :class:`Idem` this is called on.
 
         Args:
             name: what the lock guards (e.g. ``"post:chat:42"``).
             bot_id: default: the bound update's bot.
-            ttl: seconds after which a holder that never released (a crash) loses it.
+            ttl: seconds after which a holder that stopped renewing (a crash) loses it.
+            wait: seconds to keep trying while another holder has it, polling with
+                backoff (20 ms doubling to 1 s, never past the holder's lease end or the
+                deadline); ``0`` (default) tries once.
 
         Raises:
-            LockHeldError: another holder has it (``retry_after`` = seconds left).
+            LockHeldError: another holder still has it after ``wait`` seconds
+                (``retry_after`` = seconds left of its lease, by the store's clock).
+            ConfigurationError: ``ttl`` not > 0, ``wait`` negative or not finite, or no
+                ``bot_id`` and no update bound.
             StoreError: the store could not answer.
         """
+        action = current_action()
+        if action is not None and action.idem is not self:
+            async with action.idem.lock(name, bot_id=bot_id, ttl=ttl, wait=wait) as claim:
+                yield claim
+            return
+        if not (wait >= 0 and math.isfinite(wait)):
+            raise ConfigurationError(f"lock wait must be ≥ 0 seconds, got {wait}")
         bot = bot_id if bot_id is not None else current_update().bot_id
         key = self.keys.lock(bot, name)
-        action = current_action()
-        try:
-            # The record outlives the lock (a tombstone after release) so its fencing
-            # token keeps rising: a stalled holder never matches a later holder's token.
-            claim = await acquire_lock(
-                self.store,
-                key,
-                ttl=ttl,
-                retention=max(ttl, self.lock_retention),
-                owner=action.key if action is not None else None,
-                clock=self.clock,
-            )
-        except LockHeldError as exc:
-            log_decision(
-                boundary="lock",
-                key=key,
-                decision="held",
-                update=_bound_update(),
-                fencing_token=exc.record.fencing_token if exc.record else None,
-            )
-            raise
-        log_decision(
-            boundary="lock",
-            key=key,
-            decision="acquired",
-            update=_bound_update(),
-            fencing_token=claim.token,
+        claim = await self._acquire_lock(
+            key, ttl=ttl, wait=wait, owner=action.key if action is not None else None
         )
         try:
-            yield claim
+            with self._heartbeat(key, claim.token, ttl):
+                yield claim
         finally:
             await self._release_quietly(key, claim.token)
 
+    async def _acquire_lock(self, key: str, *, ttl: float, wait: float, owner: str | None) -> Claim:
+        deadline = time.monotonic() + wait
+        delay = 0.02
+        while True:
+            try:
+                # The record outlives the lock (a tombstone after release) so its fencing
+                # token keeps rising: a stalled holder never matches a later holder's.
+                claim = await acquire_lock(
+                    self.store,
+                    key,
+                    ttl=ttl,
+                    retention=max(ttl, self.lock_retention),
+                    owner=owner,
+                )
+            except LockHeldError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log_decision(
+                        boundary="lock",
+                        key=key,
+                        decision="held",
+                        update=_bound_update(),
+                        fencing_token=exc.record.fencing_token if exc.record else None,
+                    )
+                    raise
+                await self.sleep(max(min(delay, left, exc.retry_after), 0.001))
+                delay = min(delay * 2, 1.0)
+                continue
+            log_decision(
+                boundary="lock",
+                key=key,
+                decision="acquired",
+                update=_bound_update(),
+                fencing_token=claim.token,
+            )
+            return claim
+
     def chat_lock(
-        self, *, ttl: float = 120.0, name: str = ""
+        self, *, ttl: float = 120.0, name: str = "", wait: float = 0.0
     ) -> contextlib.AbstractAsyncContextManager[Claim]:
         """The per-chat lock of the bound update (user for chat-less updates).
 
+        The same lock as ``lock(f"{name}:chat:{chat_id}")``, or ``lock(f"chat:{chat_id}")``
+        with the default ``name=""`` (``user:{user_id}`` for chat-less updates), so
+        the two forms exclude each other. ``ttl`` and ``wait`` are :meth:`lock`'s.
+
         Raises:
             ConfigurationError: no update bound, or it has neither chat nor user.
-            LockHeldError: another holder has this chat's lock.
+            LockHeldError: another holder still has this chat's lock after ``wait``.
         """
         ctx = current_update()
         unit = ordering_key(ctx.update)
         if unit is None:
             raise ConfigurationError("this update has neither a chat nor a user to lock")
-        return self.lock(f"{name}:{unit}" if name else unit, bot_id=ctx.bot_id, ttl=ttl)
+        return self.lock(f"{name}:{unit}" if name else unit, bot_id=ctx.bot_id, ttl=ttl, wait=wait)
 
 
 def _bound_update() -> Mapping[str, Any] | None:

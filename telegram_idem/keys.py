@@ -12,6 +12,11 @@ Templates are ``str.format``-style with dotted paths rooted at the update, e.g.
 ``"approve:{callback_query.message.message_id}:{callback_query.from.id}"``, plus the
 shorthands ``{bot_id}``, ``{chat_id}``, ``{user_id}``, ``{message_id}``, ``{thread_id}``,
 ``{callback_data}`` resolved from whichever update type arrived.
+
+Every key is bounded (:func:`bounded_key`): a key longer than :data:`MAX_KEY_BYTES`
+(UTF-8) is stored as its first :data:`KEY_PREFIX_BYTES` bytes, ``":h:"`` and the
+SHA-256 of the whole key, so every store accepts it (PostgreSQL's index limit is about
+2.7 KB, DynamoDB's partition key 2 KB) and it stays readable in logs.
 """
 
 from __future__ import annotations
@@ -26,10 +31,43 @@ from typing import Any
 from telegram_idem import updates as _u
 from telegram_idem.errors import KeyTemplateError
 
-__all__ = ["KeyBuilder", "KeySource", "fingerprint", "render_template"]
+__all__ = [
+    "KEY_PREFIX_BYTES",
+    "MAX_KEY_BYTES",
+    "KeyBuilder",
+    "KeySource",
+    "bounded_key",
+    "fingerprint",
+    "render_key",
+    "render_template",
+]
 
 KeySource = str | Callable[[Mapping[str, Any]], str]
 """A key template, or a callable taking the update dict and returning the key."""
+
+MAX_KEY_BYTES = 1024
+"""Keys up to this many UTF-8 bytes are stored as they are; longer ones are hashed."""
+
+KEY_PREFIX_BYTES = 200
+"""How much of a hashed key is kept readable (UTF-8 bytes, cut at a character)."""
+
+
+def bounded_key(key: str) -> str:
+    """``key`` itself if it is at most :data:`MAX_KEY_BYTES` UTF-8 bytes, else its first
+    :data:`KEY_PREFIX_BYTES` bytes + ``":h:"`` + the SHA-256 (hex) of the whole key.
+
+    Idempotent (a bounded key is returned unchanged) and collision-free in practice, so
+    it is applied wherever a key enters a store. Lone surrogates (``"\\ud800"``) are
+    encoded with ``surrogatepass``, never rejected.
+    """
+    if len(key) * 4 <= MAX_KEY_BYTES:  # at most 4 bytes a character: short for sure
+        return key
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_KEY_BYTES:
+        return key
+    head = raw[:KEY_PREFIX_BYTES].decode("utf-8", "ignore")  # never half a character
+    return f"{head}:h:{hashlib.sha256(raw).hexdigest()}"
+
 
 _SHORTHANDS: dict[str, Callable[[Mapping[str, Any]], object]] = {
     "chat_id": _u.chat_id,
@@ -107,6 +145,33 @@ def render_template(template: str, update: Mapping[str, Any], *, bot_id: int | N
     return "".join(out)
 
 
+def render_key(source: KeySource, update: Mapping[str, Any], *, bot_id: int | None) -> str:
+    """The action key ``source`` gives for ``update``: a template rendered by
+    :func:`render_template`, or the callable's return value.
+
+    Raises:
+        KeyTemplateError: the template fails (see :func:`render_template`), or the
+            callable returned anything but a non-empty ``str`` (``None`` would make one
+            key shared by unrelated updates).
+    """
+    if not callable(source):
+        key = render_template(source, update, bot_id=bot_id)
+        if not key:
+            raise KeyTemplateError(
+                f"key template {source!r} rendered an empty key", template=source
+            )
+        return key
+    key = source(update)
+    if not isinstance(key, str) or not key:
+        name = getattr(source, "__qualname__", repr(source))
+        raise KeyTemplateError(
+            f"key callable {name} returned {key!r} for update_id="
+            f"{update.get('update_id')}; it must return a non-empty str",
+            template=name,
+        )
+    return key
+
+
 def fingerprint(value: object) -> str:
     """SHA-256 (hex, first 32 chars) of the canonical JSON of ``value``.
 
@@ -121,6 +186,8 @@ def fingerprint(value: object) -> str:
 class KeyBuilder:
     """Builds every key the library stores, so all boundaries share one layout.
 
+    Every key it returns is bounded (:func:`bounded_key`).
+
     Args:
         prefix: namespace for all keys (give tests and tenants their own).
     """
@@ -129,20 +196,20 @@ class KeyBuilder:
 
     def update(self, bot_id: int, update_id: int) -> str:
         """Key of the update guard for ``(bot_id, update_id)``."""
-        return f"{self.prefix}:{bot_id}:u:{update_id}"
+        return bounded_key(f"{self.prefix}:{bot_id}:u:{update_id}")
 
     def action(self, bot_id: int, action: str) -> str:
         """Key of an action (the rendered template)."""
-        return f"{self.prefix}:{bot_id}:a:{action}"
+        return bounded_key(f"{self.prefix}:{bot_id}:a:{action}")
 
     def step(self, action_key: str, name: str) -> str:
         """Key of a named side-effect step inside the action ``action_key``."""
-        return f"{action_key}:s:{name}"
+        return bounded_key(f"{action_key}:s:{name}")
 
     def lock(self, bot_id: int, name: str) -> str:
         """Key of a lock."""
-        return f"{self.prefix}:{bot_id}:l:{name}"
+        return bounded_key(f"{self.prefix}:{bot_id}:l:{name}")
 
     def callback(self, bot_id: int, token_id: str) -> str:
         """Key of a callback token's server-side payload."""
-        return f"{self.prefix}:{bot_id}:cb:{token_id}"
+        return bounded_key(f"{self.prefix}:{bot_id}:cb:{token_id}")

@@ -13,12 +13,17 @@ carries the owner, which decides what happens when the lock is found held:
 
 A takeover releases the dead holder's claim with its own fencing token and claims again,
 so two contenders racing for a dead lock still end with one holder.
+
+Whether a lease ended, and ``retry_after``, are judged by the store's clock
+(:meth:`Store.now`: the server's on PostgreSQL and Redis), never the caller's: a worker
+whose clock runs ahead must not take a live lock, and one whose clock runs behind must
+not be told to wait for the difference. (DynamoDB has no server clock; there the
+writers' clocks decide, so keep hosts NTP-synced and ``ttl`` well above their skew.)
 """
 
 from __future__ import annotations
 
 from telegram_idem.backends.base import Store
-from telegram_idem.clock import Clock
 from telegram_idem.errors import LockHeldError
 from telegram_idem.records import Claim, Outcome
 
@@ -26,7 +31,7 @@ __all__ = ["acquire_lock"]
 
 
 async def acquire_lock(
-    store: Store, key: str, *, ttl: float, retention: float, owner: str | None, clock: Clock
+    store: Store, key: str, *, ttl: float, retention: float, owner: str | None
 ) -> Claim:
     """Claim the lock ``key`` (see the module's table).
 
@@ -36,7 +41,6 @@ async def acquire_lock(
         ttl: seconds the lock lasts if its holder never releases it.
         retention: seconds the record is kept (≥ ttl), so fencing tokens keep rising.
         owner: who holds it (an action key), or ``None``.
-        clock: seconds since the epoch, to judge a held lock's lease.
 
     Raises:
         LockHeldError: a live holder has it (``retry_after`` = seconds left).
@@ -47,15 +51,23 @@ async def acquire_lock(
         return claim
     record = claim.record
     same_owner = owner is not None and record.fingerprint == owner
-    if same_owner or record.lease_expires_at <= clock():
+    # IN_PROGRESS means the store found the lease alive; CONFLICT (another owner) says
+    # nothing about the lease, so ask the store's clock.
+    now: float | None = None
+    if not same_owner and claim.outcome is not Outcome.IN_PROGRESS:
+        now = await store.now()
+    if same_owner or (now is not None and record.lease_expires_at <= now):
         await store.release(key, record.fencing_token)
         claim = await store.claim(key, fingerprint=owner, lease=ttl, retention=retention)
         if claim.outcome is Outcome.ACQUIRED:
             return claim
         record = claim.record
+        now = None
+    if now is None:
+        now = await store.now()
     raise LockHeldError(
         f"{key} is held",
         key=key,
         record=record,
-        retry_after=max(record.lease_expires_at - clock(), 0.0),
+        retry_after=max(record.lease_expires_at - now, 0.0),
     )

@@ -42,6 +42,7 @@ from aiogram.types.update import UpdateTypeLookupError
 from aiogram.webhook.aiohttp_server import BaseRequestHandler
 from pydantic import ValidationError
 
+from telegram_idem.adapters._aiogram_wiring import check_event, check_handlers
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.context import bind_update
 from telegram_idem.errors import MalformedUpdateError, StoreError
@@ -169,8 +170,9 @@ class IdempotencyMiddleware(BaseMiddleware):
         data["idem"] = self.idem
         if self.tokens is not None:
             data["idem_tokens"] = self.tokens
-        if not isinstance(event, Update):
-            return await handler(event, data)
+        check_event(event)  # wiring mistakes raise instead of guarding nothing
+        check_handlers(data.get("dispatcher"))
+        assert isinstance(event, Update)
         try:
             event.event_type  # noqa: B018  (raises for update types aiogram does not know)
         except UpdateTypeLookupError:

@@ -17,12 +17,18 @@ their text or code). Every message names the store (its ``repr``: host, database
 never a password) and the operation, and carries the driver's own message.
 
 Time belongs to the store: in-process stores take a clock; server stores use the server's
-clock, so workers on different machines judge leases by one clock.
+clock, so workers on different machines judge leases by one clock. :meth:`Store.now`
+reads that clock, for decisions taken outside a primitive (a lock's ``retry_after``).
+
+Keys: every public method passes its key through
+:func:`~telegram_idem.keys.bounded_key`, so a key of any length behaves the same on every
+store (a long key is hashed to a bounded one; never a driver's size error).
 """
 
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import ClassVar, TypeVar
@@ -30,6 +36,7 @@ from typing import ClassVar, TypeVar
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.inbox.base import Inbox
+from telegram_idem.keys import bounded_key
 from telegram_idem.records import Claim, Record
 
 __all__ = ["Store", "describe_error"]
@@ -134,6 +141,7 @@ class Store(abc.ABC):
             ConfigurationError: ``lease`` or ``retention`` out of range.
         """
         _check_times(lease, retention)
+        key = bounded_key(key)
         return await self._call("claim", lambda: self._claim(key, fingerprint, lease, retention))
 
     async def claim_many(
@@ -148,7 +156,8 @@ class Store(abc.ABC):
         _check_times(lease, retention)
         if len(set(keys)) != len(keys):
             raise ConfigurationError("claim_many needs distinct keys")
-        return await self._call("claim_many", lambda: self._claim_many(keys, lease, retention))
+        bounded = [bounded_key(k) for k in keys]
+        return await self._call("claim_many", lambda: self._claim_many(bounded, lease, retention))
 
     async def complete(self, key: str, token: int, result: bytes, *, retention: float) -> bool:
         """Store ``result`` and mark the key completed, if ``token`` still holds it.
@@ -162,6 +171,7 @@ class Store(abc.ABC):
         Raises:
             StoreError: the store could not answer.
         """
+        key = bounded_key(key)
         return await self._call("complete", lambda: self._complete(key, token, result, retention))
 
     async def fail(self, key: str, token: int, error: bytes, *, retention: float) -> bool:
@@ -169,6 +179,7 @@ class Store(abc.ABC):
 
         Returns ``False`` if not held. Raises :class:`StoreError` on outage.
         """
+        key = bounded_key(key)
         return await self._call("fail", lambda: self._fail(key, token, error, retention))
 
     async def release(self, key: str, token: int) -> bool:
@@ -176,6 +187,7 @@ class Store(abc.ABC):
 
         Returns ``False`` if ``token`` no longer holds the key. Raises :class:`StoreError`.
         """
+        key = bounded_key(key)
         return await self._call("release", lambda: self._release(key, token))
 
     async def extend(self, key: str, token: int, *, lease: float) -> bool:
@@ -183,11 +195,26 @@ class Store(abc.ABC):
 
         Returns ``False`` if not held. Raises :class:`StoreError` on outage.
         """
+        key = bounded_key(key)
         return await self._call("extend", lambda: self._extend(key, token, lease))
 
     async def get(self, key: str) -> Record | None:
         """The live record of ``key``, or ``None``. Raises :class:`StoreError` on outage."""
+        key = bounded_key(key)
         return await self._call("get", lambda: self._get(key))
+
+    async def now(self) -> float:
+        """The store's clock: seconds since the epoch, as the store judges leases.
+
+        The server's clock for server stores (PostgreSQL ``clock_timestamp()``, Redis
+        ``TIME``), the store's ``clock`` for in-process stores and DynamoDB (which has no
+        server clock). A decision about a record read from the store (is this lease
+        over? how long until it is?) compares against this, never the caller's clock.
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        return await self._call("now", self._now)
 
     def inbox(self) -> Inbox:
         """The durable inbox sharing this store's connection (admission is one
@@ -214,6 +241,10 @@ class Store(abc.ABC):
 
     async def _claim_many(self, keys: Sequence[str], lease: float, retention: float) -> list[Claim]:
         return [await self._claim(k, None, lease, retention) for k in keys]
+
+    async def _now(self) -> float:
+        """The store's clock (override: this default is the host's ``time.time``)."""
+        return time.time()
 
     @abc.abstractmethod
     async def _claim(

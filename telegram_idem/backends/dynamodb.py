@@ -676,6 +676,9 @@ class DynamoDBStore(Store):
         record = _to_record(item, self.table) if item is not None else None
         return record if machine.is_live(record, self._clock()) else None
 
+    async def _now(self) -> float:
+        return self._clock()  # DynamoDB has no server clock: the writer's is all there is
+
     async def close(self) -> None:
         """Close the client and its connections. Idempotent; later calls raise StoreError."""
         self._closed = True

@@ -194,3 +194,6 @@ class MemoryStore(Store):
 
     async def _get(self, key: str) -> Record | None:
         return self._live(key)
+
+    async def _now(self) -> float:
+        return self._clock()

@@ -709,6 +709,15 @@ class PostgresStore(Store):
         row = await self._run(run)
         return None if row is None else _record(row)
 
+    async def _now(self) -> float:
+        if self._clock is not None:
+            return float(self._clock())
+
+        async def run(conn: Any) -> Any:
+            return await conn.fetchval(f"SELECT {_SERVER_NOW}::float8")
+
+        return float(await self._run(run))
+
     def inbox(self) -> Inbox:
         """The durable inbox in ``<table_prefix>_inbox``, on this store's pool and clock.
 

@@ -160,6 +160,7 @@ _FAIL = _Script(redis_scripts.FAIL)
 _RELEASE = _Script(redis_scripts.RELEASE)
 _EXTEND = _Script(redis_scripts.EXTEND)
 _GET = _Script(redis_scripts.GET)
+_NOW = _Script("return redis.call('TIME')")  # KEYS[1] only routes it (a cluster's node)
 
 
 def _ms(seconds: float, what: str) -> int:
@@ -521,6 +522,12 @@ class RedisStore(Store):
     async def _get(self, key: str) -> Record | None:
         row = await self._run(_GET, [self._encode_key(key)], [self._now_arg()])
         return None if _absent(row) else self._record(key, row)
+
+    async def _now(self) -> float:
+        if self._clock is not None:
+            return float(self._clock())
+        seconds, micros = await self._run(_NOW, [f"{self.key_prefix}:{{now}}".encode()], [])
+        return int(seconds) + int(micros) / 1_000_000
 
     async def close(self) -> None:
         """Close the client if the store made it (from a URL); idempotent.

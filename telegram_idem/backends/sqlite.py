@@ -262,6 +262,9 @@ class SQLiteStore(Store):
         record = await self._run(lambda c: self._read(c, key))
         return record if machine.is_live(record, self._clock()) else None
 
+    async def _now(self) -> float:
+        return self._clock()
+
     async def purge(self) -> int:
         """Delete up to ``purge_batch`` expired records now; returns how many.
 

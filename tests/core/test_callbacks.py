@@ -20,7 +20,7 @@ from telegram_idem import (
 )
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.sqlite import SQLiteStore
-from telegram_idem.callbacks import MAX_CALLBACK_DATA_BYTES
+from telegram_idem.callbacks import MAX_CALLBACK_DATA_BYTES, MAX_TOKEN_TTL
 from telegram_idem.testing.delivery import load_fixture
 
 BOT = 7000000001
@@ -189,3 +189,33 @@ def test_sixteen_byte_secret_is_enough(idem: Idem) -> None:
 async def test_bad_prefix_is_a_configuration_error(tokens: CallbackTokens, prefix: str) -> None:
     with pytest.raises(ConfigurationError):
         await tokens.issue(prefix, 1, bot_id=BOT)
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\r\n", " ", "\x00"])
+async def test_a_genuine_token_with_anything_appended_is_forged(
+    tokens: CallbackTokens, suffix: str
+) -> None:
+    data = await tokens.issue("del", {"post": 1}, bot_id=BOT)
+    with pytest.raises(ForgedCallbackTokenError):
+        tokens.verify(data + suffix)
+    with pytest.raises(ForgedCallbackTokenError):
+        await tokens.resolve(data + suffix, bot_id=BOT)
+    assert CallbackTokens.prefix_of(data + suffix) is None
+    with pytest.raises(ConfigurationError):
+        await tokens.issue("del" + suffix, {"post": 1}, bot_id=BOT)
+
+
+@pytest.mark.parametrize("ttl", [MAX_TOKEN_TTL * 2, 1e13, float("inf"), float("nan"), 0.0, -5.0])
+async def test_a_ttl_out_of_range_is_refused_at_issue(
+    tokens: CallbackTokens, idem: Idem, ttl: float
+) -> None:
+    with pytest.raises(ConfigurationError, match="ttl"):
+        await tokens.issue("del", {"post": 1}, bot_id=BOT, ttl=ttl)
+    with pytest.raises(ConfigurationError, match="ttl"):
+        CallbackTokens(idem, SECRET, ttl=ttl)
+
+
+async def test_the_longest_ttl_verifies(tokens: CallbackTokens) -> None:
+    data = await tokens.issue("del", {"post": 1}, bot_id=BOT, ttl=MAX_TOKEN_TTL)
+    assert tokens.verify(data)[0] == "del"
+    assert await tokens.resolve(data, bot_id=BOT) == {"post": 1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from telegram_idem import (
     bind_update,
     current_update,
     fingerprint,
+    idempotent,
 )
 from telegram_idem.testing.delivery import load_fixture
 
@@ -351,6 +353,90 @@ async def test_step_outside_an_action_needs_a_key(idem: Idem) -> None:
     assert await idem.step("send", body, key="idem:1:s:send") == "sent"
     assert await idem.step("send", body, key="idem:1:s:send") == "sent"
     assert body.calls == 1
+
+
+async def test_steps_and_locks_use_the_idem_running_the_action(
+    store: Store, clock: ManualClock
+) -> None:
+    """A module-level ``Idem`` (another store) called inside an action run by a test's
+    ``Idem``: the step and the lock land next to the action, in the action's store."""
+    module_idem = Idem("memory://", heartbeat=False)  # e.g. ``idem = Idem(...)`` in bot.py
+    idem = Idem(store, clock=clock, heartbeat=False)
+    body = Counter("sent")
+    fails = [True]
+
+    async def action() -> str:
+        async with module_idem.lock("post:chat:42", bot_id=BOT, ttl=120) as lock:
+            held = await store.get(lock.record.key)
+            assert held is not None and held.fencing_token == lock.token
+            sent = await module_idem.step("send", body)
+        if fails.pop(0) if fails else False:
+            raise RuntimeError("a later step failed")
+        return sent
+
+    with pytest.raises(RuntimeError):
+        await idem.run(KEY, action)
+    assert await idem.run(KEY, action) == "sent"
+    assert body.calls == 1  # the retry found the step in the action's store
+    assert await store.get(idem.keys.step(KEY, "send")) is not None
+    assert await module_idem.store.get(idem.keys.step(KEY, "send")) is None
+    assert await module_idem.store.get(idem.keys.lock(BOT, "post:chat:42")) is None
+    await module_idem.close()
+
+
+# ----------------------------------------------------------- dedup window
+
+
+async def test_a_window_replays_for_window_seconds_after_the_run(
+    store: Store, clock: ManualClock
+) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False, lease=60.0)
+    body = Counter("page 2", "page 2 again")
+    assert await idem.run(KEY, body, window=2.0) == "page 2"
+    clock.advance(1.5)
+    assert await idem.run(KEY, body, window=2.0) == "page 2"  # a double tap: replayed
+    assert body.calls == 1
+    clock.advance(1.0)
+    assert await idem.run(KEY, body, window=2.0) == "page 2 again"  # a later tap acts
+    assert body.calls == 2
+
+
+async def test_a_window_leaves_the_lease_alone(store: Store, clock: ManualClock) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False, lease=60.0)
+    release, started = asyncio.Event(), asyncio.Event()
+    first = asyncio.create_task(idem.run(KEY, lambda: hold(release, started), window=2.0))
+    await started.wait()
+    clock.advance(10)  # far past the window, within the lease: still running
+    with pytest.raises(InProgressError):
+        await idem.run(KEY, Counter("second"), window=2.0)
+    release.set()
+    assert await first == "first"
+
+
+async def test_a_window_through_the_decorator(store: Store, clock: ManualClock) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False, lease=60.0)
+    runs: list[int] = []
+
+    @idempotent(key="nav:{callback_query.message.message_id}", window=2.0)
+    async def next_page() -> int:
+        runs.append(1)
+        return len(runs)
+
+    with bind_update(load_fixture("callback_delete"), bot_id=BOT, idem=idem):
+        assert await next_page() == 1
+        assert await next_page() == 1
+        clock.advance(3)
+        assert await next_page() == 2
+
+
+@pytest.mark.parametrize("window", [0.0, -1.0, math.inf, math.nan])
+async def test_a_bad_window_is_refused(idem: Idem, window: float) -> None:
+    body = Counter("x")
+    with pytest.raises(ConfigurationError):
+        await idem.run(KEY, body, window=window)
+    with pytest.raises(ConfigurationError):
+        await idem.run(KEY, body, window=2.0, retention=60.0)
+    assert body.calls == 0
 
 
 # ----------------------------------------------------------------- locks

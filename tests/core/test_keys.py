@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 import pytest
 
-from telegram_idem import KeyBuilder, KeyTemplateError, fingerprint, render_template
+from telegram_idem import (
+    Idem,
+    KeyBuilder,
+    KeyTemplateError,
+    ManualClock,
+    Store,
+    bind_update,
+    fingerprint,
+    idempotent,
+    render_template,
+)
+from telegram_idem.keys import KEY_PREFIX_BYTES, MAX_KEY_BYTES, bounded_key, render_key
 from telegram_idem.testing.delivery import fixture_names, load_fixture
 
 BOT = 7000000001
@@ -261,3 +273,81 @@ def test_fingerprint_is_canonical() -> None:
     assert fingerprint(None) != fingerprint(0) != fingerprint("") != fingerprint(False)
     with pytest.raises(TypeError):
         fingerprint(object())
+
+
+# ----------------------------------------------------------------- long keys
+
+
+def test_a_long_key_is_bounded_keeping_a_readable_prefix() -> None:
+    long = "idem:7:a:report:" + "x" * 10_000
+    short = bounded_key(long)
+    assert len(short.encode()) <= MAX_KEY_BYTES
+    assert short.startswith("idem:7:a:report:xxx")
+    assert short == bounded_key(long) == bounded_key(short)  # stable and idempotent
+    assert bounded_key(long + "y") != short  # the hash covers the whole key
+    assert bounded_key("idem:7:a:pay:1") == "idem:7:a:pay:1"  # short keys untouched
+    korean = "멱" * 2000  # 3 bytes a character: the prefix is never cut mid-character
+    assert bounded_key(korean).startswith("멱" * (KEY_PREFIX_BYTES // 3) + ":h:")
+    assert bounded_key("\ud800" * 600)  # a lone surrogate is hashed, never an error
+
+
+async def test_a_10kb_key_runs_once_and_replays_on_every_store(
+    store: Store, clock: ManualClock
+) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False)
+    runs: list[str] = []
+    # ≈ 13 KB that does not compress (PostgreSQL compresses a repetitive key under its
+    # index limit), with multi-byte characters
+    topic = "웹훅" + "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(200))
+
+    async def body() -> str:
+        runs.append("run")
+        return "done"
+
+    key = idem.keys.action(BOT, f"report:{topic}")
+    assert await idem.run(key, body) == "done"
+    assert await idem.run(key, body) == "done"
+    assert await idem.run(f"idem:{BOT}:a:raw:{topic}", body) == "done"  # a raw long key
+    assert await idem.run(f"idem:{BOT}:a:raw:{topic}", body) == "done"
+    assert runs == ["run", "run"]
+
+    @idempotent(key="decorated:{message.text}")
+    async def report() -> str:
+        runs.append("decorated")
+        return "reported"
+
+    update = load_fixture("techpost_command")
+    update["message"]["text"] = topic
+    with bind_update(update, bot_id=BOT, idem=idem):
+        assert await report() == "reported"
+        assert await report() == "reported"
+    assert runs.count("decorated") == 1
+
+
+# ------------------------------------------------------- callable key results
+
+
+@pytest.mark.parametrize("returned", [None, "", 42, b"bytes"])
+async def test_a_key_callable_must_return_a_non_empty_str(
+    store: Store, clock: ManualClock, returned: object
+) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False)
+    runs: list[int] = []
+
+    @idempotent(key=lambda update: returned)  # type: ignore[arg-type,return-value]
+    async def handler() -> None:
+        runs.append(1)
+
+    with bind_update(load_fixture("techpost_command"), bot_id=BOT, idem=idem):
+        with pytest.raises(KeyTemplateError, match="non-empty str"):
+            await handler()
+    assert runs == []
+    assert await store.get(idem.keys.action(BOT, str(returned))) is None
+
+
+def test_render_key_takes_both_forms() -> None:
+    update = load_fixture("techpost_command")
+    assert render_key(lambda u: f"k:{u['update_id']}", update, bot_id=BOT) == (
+        f"k:{update['update_id']}"
+    )
+    assert render_key("m:{message_id}", update, bot_id=BOT) == "m:4121"
