@@ -1,6 +1,6 @@
 """telegram-idem: make Telegram bots safe against duplicate processing.
 
-Three boundaries (design.md §2): the update guard (``(bot_id, update_id)`` seen once),
+Three boundaries (docs/design/record.md#three-boundaries): the update guard (``(bot_id, update_id)`` seen once),
 the action guard (:func:`idempotent` over a business key), and side-effect steps
 (:meth:`Idem.step`), plus per-chat locks and signed callback tokens.
 """

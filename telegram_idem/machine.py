@@ -1,4 +1,4 @@
-"""The record state machine of design.md §3, as pure functions (no I/O, time passed in).
+"""The record state machine of docs/design/record.md#the-record-and-its-state-machine, as pure functions (no I/O, time passed in).
 
 The memory and SQLite stores run these functions inside their one transaction; server
 stores (Redis Lua, Postgres SQL, DynamoDB conditions) implement the same table natively

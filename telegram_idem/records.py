@@ -1,4 +1,4 @@
-"""The record kept per idempotency key, and the answer to a claim (design.md §3)."""
+"""The record kept per idempotency key, and the answer to a claim (docs/design/record.md#the-record-and-its-state-machine)."""
 
 from __future__ import annotations
 

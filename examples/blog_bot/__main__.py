@@ -4,7 +4,7 @@
   (see :class:`~examples.blog_bot.config.Settings`).
 - ``poll``: getUpdates long polling into the inbox (deletes the webhook first).
 - ``set-webhook URL [--drop-pending-updates]``: re-enable a webhook, optionally dropping
-  what Telegram queued meanwhile (seeds/000's first takeaway).
+  what Telegram queued meanwhile (the first takeaway of the incident, docs/design/incident.md).
 - ``dead-letters`` / ``redrive ID``: list updates that failed every attempt; put one back.
 - ``demo``: the whole bot on SQLite + a new local git repository + the offline writer,
   against a local Bot API and a Telegram-like delivery loop; exits non-zero if an
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     hook.add_argument(
         "--drop-pending-updates",
         action="store_true",
-        help="discard updates Telegram queued meanwhile (seeds/000: before re-enabling)",
+        help="discard updates Telegram queued meanwhile (docs/design/incident.md: before re-enabling)",
     )
     dead = sub.add_parser("dead-letters", help="list updates that failed every attempt")
     dead.add_argument("--limit", type=int, default=100)

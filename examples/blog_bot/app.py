@@ -68,7 +68,7 @@ class BlogBot:
         await self.worker.stop(grace=30)
 
     def inline_webhook(self) -> FastAckWebhook:
-        """A webhook that processes *before* answering, as the bot of seeds/000 did (only
+        """A webhook that processes *before* answering, as the bot of docs/design/incident.md did (only
         for demonstrating why not to: Telegram re-sends after its timeout)."""
         return FastAckWebhook(
             self.dispatcher,

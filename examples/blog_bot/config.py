@@ -27,7 +27,7 @@ class Settings:
         writer_delay_scale: ``WRITER_DELAY_SCALE``; 1.0 ≈ the 45–60 s pipeline.
         callback_secret: ``CALLBACK_SECRET``; default derived from the bot token.
         lock_ttl: ``POST_LOCK_TTL``, seconds the per-chat post lock lives (the 120 s
-            POST_LOCK of seeds/000).
+            POST_LOCK of docs/design/incident.md).
         lease: ``IDEM_LEASE``, seconds a worker or handler holds its claim before another
             may take over (heartbeats extend it while the work runs).
         worker_concurrency: ``WORKER_CONCURRENCY``, inbox entries processed at once.

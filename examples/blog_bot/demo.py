@@ -70,7 +70,7 @@ async def run_demo(
 
     Args:
         workdir: directory for the database and repository (default: a new temp dir).
-        delay_scale: writer latency scale (1.0 ≈ the 45–60 s pipeline of seeds/000).
+        delay_scale: writer latency scale (1.0 ≈ the 45–60 s pipeline of docs/design/incident.md).
         verbose: also log every guard decision.
     """
     work = Path(workdir or tempfile.mkdtemp(prefix="blog-bot-demo-"))
@@ -146,7 +146,7 @@ async def _story(
     )
     async with fast, slow:
         print(
-            "1. /techpost without a title, webhook answering only after the pipeline (seeds/000):"
+            "1. /techpost without a title, webhook answering only after the pipeline (docs/design/incident.md):"
         )
         no_title = load_fixture("techpost_no_title")
         r = await slow.deliver(no_title)

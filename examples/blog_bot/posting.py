@@ -1,4 +1,4 @@
-"""``/techpost [title]``, ``/post [title]`` and ``/draft [topic]``: the pipeline of seeds/000
+"""``/techpost [title]``, ``/post [title]`` and ``/draft [topic]``: the pipeline of docs/design/incident.md
 behind all three guards.
 
 update guard (middleware) → action guard (``post:{chat_id}:{message_id}``) → per-chat

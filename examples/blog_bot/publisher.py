@@ -4,7 +4,7 @@ Two implementations of :class:`Publisher`:
 
 * :class:`LocalGitPublisher`, a repository on disk written with dulwich;
 * :class:`GitHubPublisher`, a GitHub repository written through the Git Data API
-  with PyGithub, as in seeds/000 section 4 (ref → commit → tree → commit → ref).
+  with PyGithub, as in docs/design/incident.md#one-commit-per-action (ref → commit → tree → commit → ref).
 
 Both build the new tree from the branch head plus the changeset and move the
 branch with a compare-and-swap, so a commit never silently drops a concurrent
@@ -361,7 +361,7 @@ def _github_errors() -> Iterator[None]:
 class GitHubPublisher(_BranchPublisher):
     """A branch of a GitHub repository, written through the Git Data API.
 
-    One :meth:`apply` makes these calls (seeds/000 section 4): ``GET git/ref``,
+    One :meth:`apply` makes these calls (docs/design/incident.md#one-commit-per-action): ``GET git/ref``,
     ``GET git/commits/{head}``, ``GET git/trees/{tree}?recursive=1`` (only when
     the changeset deletes, to skip absent paths, which GitHub rejects),
     ``POST git/trees`` with ``base_tree`` (deletes are entries with ``sha: null``),

@@ -1,7 +1,7 @@
 """Who writes the posts: the :class:`Writer` interface and an offline stand-in.
 
 :class:`OfflineWriter` imitates an LLM without a network: deterministic text in
-Korean, English and Japanese, and the latency of the pipeline in seeds/000
+Korean, English and Japanese, and the latency of the pipeline in docs/design/incident.md
 (title ~4.5 s, Korean draft ~25 s, each translation ~20 s; with the two
 translations in parallel one post takes ~50 s, longer than Telegram waits for a
 webhook answer).
@@ -160,7 +160,7 @@ class OfflineWriter:
     Args:
         delay_scale: multiplies the simulated latencies (:data:`TITLE_SECONDS`,
             :data:`DRAFT_SECONDS`, :data:`TRANSLATE_SECONDS`, in seconds);
-            ``1.0`` imitates seeds/000, ``0`` returns at once without sleeping.
+            ``1.0`` imitates docs/design/incident.md, ``0`` returns at once without sleeping.
         sleep: the coroutine used to wait, called with seconds (tests pass a
             recorder).
 

@@ -1,7 +1,7 @@
 """Fast-ack webhook for aiogram: claim the update, answer, process in the background.
 
 Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
-``setWebhook``; design.md §1). This handler decides *before* it answers: it checks the
+``setWebhook``; docs/design/failures.md). This handler decides *before* it answers: it checks the
 request (:mod:`~telegram_idem.adapters.webhook_checks`), claims the update guard, answers
 by the admission rule (:mod:`telegram_idem.admission`), then feeds the update to the
 dispatcher in a background task with the claim attached, so the
@@ -74,7 +74,7 @@ class FastAckWebhook:
         max_body: largest body accepted, bytes.
         read_timeout: seconds the request body may take to arrive (then 408).
         on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` processes unguarded.
-        background: ``False`` processes before answering (the slow shape of seeds/000;
+        background: ``False`` processes before answering (the slow shape of docs/design/incident.md;
             only for demonstrations — Telegram re-sends after ~60 s).
         data: extra keyword data for every ``feed_update`` (like ``SimpleRequestHandler``'s
             ``**data``).

@@ -1,8 +1,8 @@
 """AWS Lambda ingress: claim the update, answer ``200`` at once, process it in an
-asynchronous self-invocation (``InvocationType="Event"``) — seeds/000's layers 1 and 2.
+asynchronous self-invocation (``InvocationType="Event"``) — the incident's (docs/design/incident.md) layers 1 and 2.
 
 Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
-``setWebhook``; design.md §1): a Lambda that runs a 45–60 s pipeline before answering is
+``setWebhook``; docs/design/failures.md): a Lambda that runs a 45–60 s pipeline before answering is
 re-sent the update and runs it again. :class:`LambdaOffload` answers in milliseconds::
 
     offload = LambdaOffload(Idem("dynamodb://idem?region=eu-west-1"), process,
@@ -37,7 +37,7 @@ sees it. The secret rule (required unless ``allow_unauthenticated=True``; severa
 while rotating) is :mod:`telegram_idem.webhook_secret`'s; the table for every ingress
 shape is ``docs/answers.md``.
 
-**A worker event**, the payload of the self-invocation (seeds/000's shape, plus the
+**A worker event**, the payload of the self-invocation (the incident's (docs/design/incident.md) shape, plus the
 claim hand-over)::
 
     {"is_async_worker": true, "update_data": {...update...}, "bot_id": 7000000001,
@@ -74,14 +74,14 @@ later), so in every ordering one run completes and no two runs overlap:
 * ``process`` raised: its claim is released, so the retry runs it again. Configure an
   on-failure destination (or DLQ) for what still fails.
 
-A worker event without ``claim`` (seeds/000's original shape) claims normally. Worker
+A worker event without ``claim`` (the incident's (docs/design/incident.md) original shape) claims normally. Worker
 events are trusted: only principals allowed ``lambda:InvokeFunction`` can send them; a
 Function URL request is never mistaken for one (its top level has ``requestContext``).
 
 The function name comes from ``function_name``, else the context's
 ``invoked_function_arn`` (the same alias or version), else ``function_name``. The
 function's role needs ``lambda:InvokeFunction`` on itself; without it every update is
-processed inline (the fallback of seeds/000), which brings Telegram's timeout back for
+processed inline (the fallback of docs/design/incident.md), which brings Telegram's timeout back for
 slow pipelines — guarded, so a re-sent update is answered ``503`` while the first run
 holds its lease (kept alive by the heartbeat), and ``200`` once it completed.
 """
@@ -127,7 +127,7 @@ __all__ = [
 log = logging.getLogger("telegram_idem.aws_lambda")
 
 WORKER_FLAG = "is_async_worker"
-"""Top-level key marking a worker event (seeds/000's name)."""
+"""Top-level key marking a worker event (the incident's (docs/design/incident.md) name)."""
 INLINE_FALLBACK_ERRORS = frozenset({"AccessDeniedException", "RequestEntityTooLargeException"})
 """``invoke`` error codes that will not go away by retrying: process inline instead.
 ``AccessDeniedException``: the role lacks ``lambda:InvokeFunction``;

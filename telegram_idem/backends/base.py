@@ -1,4 +1,4 @@
-"""The store contract (design.md §4).
+"""The store contract (docs/design/record.md#the-store-contract).
 
 A store keeps one :class:`~telegram_idem.records.Record` per key and answers each primitive
 in one round trip where the store allows. Subclasses implement the ``_``-prefixed

@@ -1,4 +1,4 @@
-"""The Lua sources of :mod:`telegram_idem.backends.redis` (design.md §3 in Lua).
+"""The Lua sources of :mod:`telegram_idem.backends.redis` (docs/design/record.md#the-record-and-its-state-machine in Lua).
 
 Each script is the record state machine of :mod:`telegram_idem.machine`, run atomically
 inside Redis, so one ``EVALSHA`` both reads and decides.

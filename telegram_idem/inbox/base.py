@@ -1,4 +1,4 @@
-"""The inbox contract (design.md §5).
+"""The inbox contract (docs/design/record.md#ingress-and-workers).
 
 An entry is one admitted update. **Admission** claims the update guard and writes the
 entry together (one transaction / one script), so a duplicate is never enqueued twice and

@@ -150,10 +150,16 @@ class ReplayResult:
         return sum(self.update_runs.values())
 
     @property
+    def updates_turned_away(self) -> int:
+        """Deliveries the update guard did not run: dropped as duplicates of a completed
+        update, or deferred while another holder had it in progress."""
+        return self.updates_dropped + sum(self.updates_deferred.values())
+
+    @property
     def duplicates_absorbed(self) -> int:
-        """Deliveries dropped by the update guard plus handler calls that did not run
-        their body (:attr:`handler_replays`)."""
-        return self.updates_dropped + sum(self.handler_replays.values())
+        """Deliveries the update guard turned away (:attr:`updates_turned_away`) plus
+        handler calls that did not run their body (:attr:`handler_replays`)."""
+        return self.updates_turned_away + sum(self.handler_replays.values())
 
     @property
     def errors(self) -> list[BaseException]:

@@ -566,7 +566,7 @@ async def test_worker_failure_releases_so_lambdas_retry_runs_it(
 async def test_worker_event_without_a_claim_claims_itself(
     offload: LambdaOffload, idem: Idem, process: Recorder
 ) -> None:
-    """seeds/000's original payload: ``{"is_async_worker": true, "update_data": ...}``."""
+    """the incident's (docs/design/incident.md) original payload: ``{"is_async_worker": true, "update_data": ...}``."""
     update = load_fixture("techpost_command")
     event = {"is_async_worker": True, "update_data": update}
     assert (await offload.handle(event, None))["body"] == "processed"

@@ -100,7 +100,7 @@ async def test_the_incident_replayed_telegram_resends_a_slow_webhook_and_nothing
     update_factory: UpdateFactory,
     replay: ReplayFactory,
 ) -> None:
-    """seeds/000: the webhook processed before answering, Telegram timed out and re-sent.
+    """docs/design/incident.md: the webhook processed before answering, Telegram timed out and re-sent.
     Scaled down: a ~0.5 s pipeline behind a webhook Telegram waits 0.1 s for."""
     blog = make_blog(fake_bot_api, idem, tmp_path, delay_scale=0.01)
     hook = blog.inline_webhook()

@@ -1,4 +1,4 @@
-"""GitHubPublisher against FakeGitHub (loopback): the seeds/000 Git Data API flow, one commit per action."""
+"""GitHubPublisher against FakeGitHub (loopback): the docs/design/incident.md Git Data API flow, one commit per action."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The offline writer: deterministic text in three languages, seeds/000 latency, call counts."""
+"""The offline writer: deterministic text in three languages, docs/design/incident.md latency, call counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Store conformance: every row of the record state machine (design.md §3) on every store.
+"""Store conformance: every row of the record state machine (docs/design/record.md#the-record-and-its-state-machine) on every store.
 
 One test body per rule, run against each store of the ``store`` fixture (tests/conftest.py).
 Time moves with the shared ``ManualClock``; nothing sleeps.

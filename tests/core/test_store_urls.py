@@ -1,4 +1,4 @@
-"""Stores made from URLs (design.md §4)."""
+"""Stores made from URLs (docs/design/record.md#the-store-contract)."""
 
 from __future__ import annotations
 

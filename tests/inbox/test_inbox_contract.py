@@ -1,4 +1,4 @@
-"""The inbox contract on every store that has one (design.md §5)."""
+"""The inbox contract on every store that has one (docs/design/record.md#ingress-and-workers)."""
 
 from __future__ import annotations
 
