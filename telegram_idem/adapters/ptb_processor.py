@@ -33,8 +33,9 @@ from telegram_idem.adapters.ptb_common import (
 from telegram_idem.admission import Verdict, verdict_for
 from telegram_idem.errors import ConfigurationError, StoreError, UpdateInProgressError
 from telegram_idem.guard import Idem
+from telegram_idem.ordering import DEFAULT_ORDERING, Ordering
 from telegram_idem.records import Claim
-from telegram_idem.updates import bot_id_from_token, ordering_key
+from telegram_idem.updates import bot_id_from_token
 
 __all__ = ["TAKEOVER_MARGIN", "IdempotentUpdateProcessor"]
 
@@ -49,7 +50,7 @@ class _HandlerFailed(Exception):
 
 class IdempotentUpdateProcessor(BaseUpdateProcessor):
     """A PTB update processor that runs each update at most once per ``(bot_id, update_id)``,
-    one update at a time per chat.
+    one update at a time per ordering unit (chat; callback queries in a lane of their own).
 
     Use with ``ApplicationBuilder().concurrent_updates(IdempotentUpdateProcessor(idem, 8))``.
     For each ``telegram.Update`` of a known type it admits the update guard key
@@ -70,11 +71,18 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
       PTB confirms the update regardless, so it is never dropped silently;
     * store outage: the ``on_store_error`` policy below.
 
-    Ordering (``ordered=True``, the default): updates with the same ordering unit
-    (:func:`telegram_idem.updates.ordering_key`: the chat, else the user) run one after
-    another in the order PTB queued them, while other units run in parallel, up to
-    ``max_concurrent_updates`` at once. An update waiting for its chat does not take one
-    of those places, so one busy chat never stalls the others.
+    Ordering (``ordered=True``, the default): updates with the same ordering key
+    (:meth:`telegram_idem.ordering.Ordering.key` of ``ordering``, the rule the inbox
+    ingresses use too; by default the chat, split by business connection and forum topic,
+    else the user) run one after another in the order PTB queued them, while other keys
+    run in parallel, up to ``max_concurrent_updates`` at once. Callback queries have a
+    lane of their own (``<unit>:cbq``), so a button tap is processed — and can be
+    answered within Telegram's ~15 s ``answerCallbackQuery`` window (Bot API,
+    "answerCallbackQuery") — while a long job of its chat runs;
+    ``Ordering(callback_lane=False)`` queues taps behind their chat's messages instead.
+    An update waiting for its turn does not take one of the ``max_concurrent_updates``
+    places, so one busy chat never stalls the others. An ordering rule that raises is
+    logged (ERROR) and the update runs as a unit of its own, never dropped.
 
     Errors are detected through an error handler this processor registers first in
     ``application.error_handlers`` when it first sees the application (or on
@@ -100,12 +108,16 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             ``"fail_open"``: processed unguarded, ERROR logged.
         bot_id: the bot's id, if updates may arrive without a bot attached (default: from
             the token of ``update.get_bot()`` or of the application's bot).
-        ordered: serialise the updates of one chat (see above); ``False``: any order.
+        ordered: serialise the updates of one ordering unit (see above); ``False``: no
+            serialisation at all, any order.
+        ordering: the ordering rule (default
+            :data:`~telegram_idem.ordering.DEFAULT_ORDERING`); only with ``ordered=True``.
         in_progress_wait: seconds to keep looking at an update in progress elsewhere
             (default: ``idem.lease`` + :data:`TAKEOVER_MARGIN`); ``0`` reports it at once.
 
     Raises:
         ValueError: ``max_concurrent_updates`` < 1 or ``in_progress_wait`` < 0.
+        ConfigurationError: ``ordering`` given together with ``ordered=False``.
     """
 
     __slots__ = (
@@ -121,6 +133,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         "in_progress_wait",
         "on_store_error",
         "ordered",
+        "ordering",
     )
 
     def __init__(
@@ -131,6 +144,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         on_store_error: StorePolicy = "fail_closed",
         bot_id: int | None = None,
         ordered: bool = True,
+        ordering: Ordering | None = None,
         in_progress_wait: float | None = None,
     ) -> None:
         self._limit = max_concurrent_updates
@@ -138,10 +152,15 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         wait = idem.lease + TAKEOVER_MARGIN if in_progress_wait is None else in_progress_wait
         if wait < 0:
             raise ValueError("in_progress_wait must be >= 0 seconds")
+        if ordering is not None and not ordered:
+            raise ConfigurationError(
+                "ordering= was given with ordered=False, which turns ordering off: drop one"
+            )
         self.idem = idem
         self.on_store_error: StorePolicy = on_store_error
         self.bot_id = bot_id
         self.ordered = ordered
+        self.ordering: Ordering | None = (ordering or DEFAULT_ORDERING) if ordered else None
         self.in_progress_wait = wait
         self._places = asyncio.Semaphore(max_concurrent_updates)
         self._busy = 0
@@ -243,13 +262,25 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         """Wait for the update's chat (``ordered``) and for a free place, then
         :meth:`do_process_update` (called by PTB)."""
         raw = update_to_dict(update) if isinstance(update, Update) else None
-        key = ordering_key(raw) if raw is not None and self.ordered else None
+        key = self._ordering_key(raw)
         async with self._order.hold(key), self._places:
             self._busy += 1
             try:
                 await self._process(update, raw, coroutine)
             finally:
                 self._busy -= 1
+
+    def _ordering_key(self, raw: dict[str, Any] | None) -> str | None:
+        if raw is None or self.ordering is None:
+            return None
+        try:
+            return self.ordering.key(raw)
+        except Exception:
+            log.exception(
+                "ordering rule failed for update %s; it runs as a unit of its own",
+                raw.get("update_id"),
+            )
+            return None
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
         """Process one update under the update guard (see the class doc).

@@ -3,12 +3,8 @@
 Every ingress (webhook, polling, the framework adapters) builds its entries here, so one
 rule decides how updates are ordered and how their bytes are kept:
 
-- **ordering** (:class:`Ordering`): the unit is :func:`telegram_idem.updates.ordering_key`
-  (chat, split by business connection and forum topic) or the bot author's own rule;
-  callback queries get a lane of their own (``<unit>:cbq``) so a button tap is never
-  answered late because a long job of its chat is running (Telegram shows an error when
-  ``answerCallbackQuery`` does not come within about 15 s — Bot API,
-  "answerCallbackQuery"). Taps stay in order among themselves.
+- **ordering**: :class:`telegram_idem.ordering.Ordering`, the one rule every ingress shape
+  uses (re-exported here); callback queries get a lane of their own (``<unit>:cbq``).
 - **payload**: JSON with ``ensure_ascii=True``, so any string Telegram can send — a lone
   UTF-16 surrogate escape (``"\\ud800"``) included — is kept losslessly as ASCII bytes.
 - **rejected updates** (:func:`rejected_entry`): something polling fetched that is not an
@@ -22,19 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from telegram_idem.errors import (
-    ConfigurationError,
-    KeyTemplateError,
-    MalformedUpdateError,
-    PermanentUpdateError,
-)
+from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError
 from telegram_idem.inbox.base import NewEntry
-from telegram_idem.updates import ordering_key, update_type, validate_update
+from telegram_idem.ordering import DEFAULT_ORDERING, Ordering, OrderingUnit
+from telegram_idem.updates import validate_update
 
 if TYPE_CHECKING:
     from telegram_idem.guard import Idem
@@ -52,87 +42,8 @@ __all__ = [
 
 log = logging.getLogger("telegram_idem.ingress")
 
-OrderingUnit = str | Callable[[Mapping[str, Any]], "str | None"]
-"""A key template over the update (``"chat:{chat_id}"``, the shorthands and dotted paths of
-:mod:`telegram_idem.keys`), or a callable ``(update dict) -> str | None``."""
-
 REJECTED = "telegram_idem_rejected"
 """The field that marks the payload of a rejected update (see :func:`rejected_entry`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ordering:
-    """How admitted updates are ordered: entries of one unit run one at a time, in
-    admission order; different units run in parallel.
-
-    Args:
-        unit: the rule; ``None`` is :func:`telegram_idem.updates.ordering_key`. A template
-            that names a field the update lacks, or a callable that returns ``None``,
-            makes the update a unit of its own (not ordered with anything).
-        callback_lane: put callback queries in the lane ``<unit>:cbq`` (default), so they
-            never wait behind a long message job of their unit; ``False`` orders them with
-            the messages of their unit (then a tap during a job longer than ~15 s is
-            answered too late for Telegram).
-
-    Raises:
-        KeyTemplateError: ``unit`` is a malformed template.
-    """
-
-    unit: OrderingUnit | None = None
-    callback_lane: bool = True
-
-    def __post_init__(self) -> None:
-        if isinstance(self.unit, str):
-            try:
-                fields = [f for _, f, _, _ in string.Formatter().parse(self.unit) if f]
-            except ValueError as exc:
-                raise KeyTemplateError(
-                    f"ordering template {self.unit!r}: {exc}", template=self.unit
-                ) from None
-            if not fields:
-                raise KeyTemplateError(
-                    f"ordering template {self.unit!r} names no field: every update would "
-                    "share one unit",
-                    template=self.unit,
-                )
-
-    def key(self, update: Mapping[str, Any]) -> str | None:
-        """The ordering key of ``update`` (``None``: a unit of its own).
-
-        Raises:
-            ConfigurationError: a callable ``unit`` returned something other than a
-                non-empty string or ``None``.
-            Exception: whatever a callable ``unit`` raised.
-        """
-        base = self._unit(update)
-        if base is not None and self.callback_lane and update_type(update) == "callback_query":
-            return f"{base}:cbq"
-        return base
-
-    def _unit(self, update: Mapping[str, Any]) -> str | None:
-        rule = self.unit
-        if rule is None:
-            return ordering_key(update)
-        if isinstance(rule, str):
-            from telegram_idem.keys import render_template
-
-            try:
-                return render_template(rule, update, bot_id=None)
-            except KeyTemplateError:
-                return None
-        value = rule(update)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value:
-            raise ConfigurationError(
-                f"the ordering rule {rule!r} returned {value!r}; it must return a non-empty "
-                "string or None"
-            )
-        return value
-
-
-DEFAULT_ORDERING = Ordering()
-"""Chat (split by business connection and forum topic), callback queries in their own lane."""
 
 
 def encode_update(update: Mapping[str, Any]) -> bytes:
