@@ -149,6 +149,7 @@ def idempotent(
     lease: float | None = None,
     retention: float | None = None,
     wait_timeout: float | None = None,
+    window: float | None = None,
 ) -> Callable[
     [Callable[Concatenate[Update, C, P], Awaitable[T]]],
     Callable[Concatenate[Update, C, P], Coroutine[Any, Any, T]],
@@ -158,9 +159,11 @@ def idempotent(
     Binds the callback's ``update`` (as :func:`update_to_dict`) with the :class:`Idem` of
     :func:`idem_of` for the call, so the key template is rendered against the update
     whether the processor guards the application or only ``context.bot_data["idem"]``
-    is set. Parameters are those of
-    :func:`telegram_idem.idempotent`; the result (e.g. a ``ConversationHandler`` state)
-    is stored and replayed, so it must be storable by the codec (JSON by default).
+    is set. Parameters are those of :func:`telegram_idem.idempotent` (all of them, e.g.
+    ``window=`` seconds, the double-tap window of a navigation button: a repeat tap within
+    ``window`` seconds after the run finished replays, a later one acts again); the result
+    (e.g. a ``ConversationHandler`` state) is stored and replayed, so it must be storable
+    by the codec (JSON by default).
 
     Raises (at call time):
         ConfigurationError: the first argument is not a ``telegram.Update``, or no
@@ -170,6 +173,7 @@ def idempotent(
 
     Raises (at decoration):
         TypeError: the callback is not an ``async def``.
+        ConfigurationError: ``window`` given with ``retention``, or not > 0.
     """
     guard = _idempotent(
         key=key,
@@ -179,6 +183,7 @@ def idempotent(
         lease=lease,
         retention=retention,
         wait_timeout=wait_timeout,
+        window=window,
     )
 
     def decorate(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import inspect
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -30,7 +31,8 @@ from telegram.ext import (
     TypeHandler,
 )
 
-from telegram_idem import Idem, Status, StoreError, current_update
+from telegram_idem import Idem, ManualClock, Status, StoreError, current_update
+from telegram_idem import idempotent as core_idempotent
 from telegram_idem.adapters.ptb import (
     IdempotentUpdateProcessor,
     idem_of,
@@ -342,6 +344,48 @@ async def test_double_tap_runs_the_action_once_and_answers_both_queries(
     )
     record = await idem.store.get(idem.keys.action(BOT, f"approve:4130:{CHAT}"))
     assert record is not None and record.status is Status.COMPLETED
+
+
+async def test_a_window_replays_a_repeat_tap_and_lets_a_later_tap_act(api: FakeBotAPI) -> None:
+    """``window=`` reaches the core guard: a navigation button tapped twice within the
+    window turns the page once; a tap after it turns the page again."""
+    clock = ManualClock(1_700_000_000.0)
+    guard = Idem("memory://", clock=clock, lease=60.0)
+    pages: list[str] = []
+
+    @idempotent(key="nav:{callback_query.message.message_id}", window=2.0)
+    async def next_page(update: Update, context: Ctx) -> int:
+        assert update.callback_query is not None
+        pages.append(update.callback_query.id)
+        return len(pages)
+
+    shown: list[int] = []
+
+    async def on_tap(update: Update, context: Ctx) -> None:
+        shown.append(await next_page(update, context))
+
+    app = build(api, guard)
+    app.add_handler(CallbackQueryHandler(on_tap))
+    first = load_fixture("callback_delete")
+    repeat = make_double_tap(first)
+    later = make_double_tap(repeat)
+    try:
+        async with running(app):
+            await feed(app, first)
+            clock.advance(1.5)
+            await feed(app, repeat)  # within the window: replayed
+            clock.advance(1.0)
+            await feed(app, later)  # past it: acts again
+    finally:
+        await guard.close()
+    assert shown == [1, 1, 2]
+    assert len(pages) == 2
+
+
+def test_the_ptb_idempotent_takes_every_option_of_the_core_one() -> None:
+    assert inspect.signature(idempotent).parameters.keys() == (
+        inspect.signature(core_idempotent).parameters.keys()
+    )
 
 
 def title_generator() -> tuple[list[str], Callable[[], str]]:
