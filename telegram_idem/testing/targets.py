@@ -111,7 +111,7 @@ class PTBTarget:
     """A python-telegram-bot ``Application`` (initialized on first use if it is not).
 
     Install the guard as in production (``IdempotentUpdateProcessor`` via
-    ``ApplicationBuilder().concurrent_updates(...)``, or ``install_update_guard``). PTB
+    ``ApplicationBuilder().concurrent_updates(...)``). PTB
     gives handler exceptions to error handlers instead of raising them, so the target adds
     one that notes them; ``send`` then raises the first error of that update.
     ``close`` removes that handler and shuts the application down if the target
@@ -320,8 +320,9 @@ def as_target(
     if _is_ptb_application(target):
         if guard is not None:
             raise ConfigurationError(
-                "a PTB application guards updates with its IdempotentUpdateProcessor or "
-                "install_update_guard; do not pass guard="
+                "a PTB application guards updates with its IdempotentUpdateProcessor "
+                "(ApplicationBuilder().concurrent_updates(IdempotentUpdateProcessor(idem, "
+                "n))); do not pass guard="
             )
         return PTBTarget(target)  # type: ignore[arg-type]
     if callable(target):

@@ -44,6 +44,7 @@ from telegram_idem.errors import ConfigurationError
 from telegram_idem.keys import render_template
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import fixture_names, load_fixture, make_double_tap
+from telegram_idem.testing.targets import PTBTarget, as_target
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
@@ -544,3 +545,19 @@ async def test_polling_redelivery_is_dropped(api: FakeBotAPI, idem: Idem) -> Non
         finally:
             await app.updater.stop()
     assert runs == [734519001, 734519002]
+
+
+# ------------------------------------------------------------------ replay target
+
+
+def test_the_replay_target_names_the_processor_not_the_removed_guard(
+    api: FakeBotAPI, idem: Idem
+) -> None:
+    """``install_update_guard`` now only raises; the replay harness must not send bot
+    authors to it."""
+    app = build(api, idem)
+    with pytest.raises(ConfigurationError) as refused:
+        as_target(app, guard=idem)
+    assert "IdempotentUpdateProcessor" in str(refused.value)
+    assert "install_update_guard" not in str(refused.value)
+    assert "install_update_guard" not in (PTBTarget.__doc__ or "")
