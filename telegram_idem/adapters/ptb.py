@@ -16,7 +16,9 @@ claims before it answers, ``@idempotent`` for PTB callbacks, and the inbox hooks
 A completed update (same ``(bot_id, update_id)``) never reaches a handler again; a handler
 that raises releases the claim, so a re-delivery runs the update again; an update in
 progress elsewhere is waited for about one lease and taken over if its holder died
-(:mod:`telegram_idem.admission`); updates of one chat run one at a time, in order.
+(:mod:`telegram_idem.admission`); updates of one chat run one at a time, in order, by the
+ordering rule every ingress shape shares (:mod:`telegram_idem.ordering`: callback queries
+in a lane of their own, so a tap is answered while a long job of its chat runs).
 
 **The webhook**: PTB's own ``run_webhook`` answers ``200`` before anything is claimed, so
 a store outage loses the update. Serve :func:`ptb_webhook` (aiohttp) instead, which
