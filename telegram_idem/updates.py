@@ -226,7 +226,7 @@ def ordering_key(update: Mapping[str, Any]) -> str | None:
 
     E.g. ``chat:42``, ``chat:-1001:topic:20``, ``biz:AbC:chat:42``, ``user:7``. The inbox
     can use another rule and puts callback queries in a lane of their own:
-    :class:`telegram_idem.inbox.entries.Ordering`.
+    :class:`telegram_idem.ordering.Ordering`.
     """
     chat = chat_id(update)
     if chat is not None:

@@ -40,9 +40,10 @@ from telegram_idem.adapters.webhook_checks import (
 )
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.inbox.entries import Ordering, new_entry
+from telegram_idem.inbox.entries import new_entry
 from telegram_idem.inbox.worker import Dispatch
 from telegram_idem.logs import log_decision
+from telegram_idem.ordering import Ordering
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["WebhookIngress", "new_entry"]
@@ -68,7 +69,7 @@ class WebhookIngress:
         on_admitted: called after each new entry (e.g. ``worker.notify``).
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
-            :class:`~telegram_idem.inbox.entries.Ordering`.
+            :class:`~telegram_idem.ordering.Ordering`.
 
     Raises:
         ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
