@@ -15,15 +15,24 @@ stores are given it too, so tests move time with ``clock.advance`` and never sle
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fixtures_dynamodb import dynamodb_url_factory  # noqa: F401
 from fixtures_postgres import postgres_url_factory  # noqa: F401
-from fixtures_redis import redis_cluster_url_factory, redis_url_factory  # noqa: F401
-from services import SHARED_STATE_STORES, StoreFactory, UrlFactory
+from fixtures_redis import (  # noqa: F401
+    load_services_script,
+    redis_cluster_url_factory,
+    redis_url_factory,
+)
+from services import SHARED_STATE_STORES, StoreFactory, UrlFactory, service_missing
 
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
@@ -132,3 +141,30 @@ async def store_factory(store_url: str, clock: ManualClock) -> AsyncIterator[Sto
 async def store(store_factory: StoreFactory) -> Store:
     """A store of each kind in ``STORES``, on a fresh URL, with the shared clock."""
     return await store_factory()
+
+
+@pytest.fixture
+def private_redis_port() -> Iterator[tuple[int, Callable[[], None], Callable[[], None]]]:
+    """A redis-server of this test's own on a free port: (port, kill, start)."""
+    if shutil.which("redis-server") is None:
+        service_missing("redis-server is not installed: no private server")
+    services = load_services_script()
+    directory = Path(tempfile.mkdtemp(prefix="idem-worker-outage-"))
+    port = services.free_port()
+    pids: list[int] = []
+
+    def start() -> None:
+        pids.append(services.start_redis_server(directory, port))
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[-1], signal.SIGKILL)
+
+    try:
+        start()
+    except services.ServiceError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        service_missing(f"private redis-server failed: {exc}")
+    yield port, kill, start
+    kill()
+    shutil.rmtree(directory, ignore_errors=True)

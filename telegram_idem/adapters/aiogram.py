@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -51,6 +52,7 @@ from telegram_idem.records import Claim
 
 __all__ = [
     "CLAIM",
+    "DEFAULT_OUTAGE_WAIT",
     "UNGUARDED",
     "IdempotencyMiddleware",
     "LazyUpdate",
@@ -69,6 +71,9 @@ already, or a webhook failed open on a store outage); the update is still bound.
 log = logging.getLogger("telegram_idem.aiogram")
 
 StorePolicy = Literal["fail_closed", "fail_open"]
+
+DEFAULT_OUTAGE_WAIT = 300.0
+"""Seconds a polled update keeps trying its claim through a store outage (fail-closed)."""
 
 
 def update_to_dict(update: Update) -> dict[str, Any]:
@@ -125,6 +130,13 @@ class IdempotencyMiddleware(BaseMiddleware):
             for the result, so raising makes it non-2xx). Waiting runs in the update's own
             task (aiogram polls with ``handle_as_tasks=True`` by default), so it does not
             hold other updates back.
+        outage_wait: with ``"fail_closed"``, seconds to keep trying the claim through a
+            store outage (with backoff, 0.5 s doubling to 10 s) before raising
+            :class:`~telegram_idem.errors.StoreError`. ``None`` (default):
+            :data:`DEFAULT_OUTAGE_WAIT` where nothing can make Telegram re-send the update
+            (the same shapes as ``in_progress_wait``: the update's task is then its only
+            copy), ``0`` elsewhere (the StoreError makes the answer non-2xx). One WARNING
+            when the wait starts and one when the store answers again.
     """
 
     def __init__(
@@ -134,15 +146,18 @@ class IdempotencyMiddleware(BaseMiddleware):
         tokens: CallbackTokens | None = None,
         on_store_error: StorePolicy = "fail_closed",
         in_progress_wait: float | None = None,
+        outage_wait: float | None = None,
     ) -> None:
         self.idem = idem
         self.tokens = tokens
         self.on_store_error = on_store_error
         self.in_progress_wait = in_progress_wait
+        self.outage_wait = outage_wait
         self._warned_answers_first = False
 
-    def _wait_for(self, data: Mapping[str, Any]) -> float:
-        """Seconds to wait for an update in progress elsewhere (see ``in_progress_wait``)."""
+    def _resendable(self, data: Mapping[str, Any]) -> bool:
+        """Whether a failed answer makes Telegram re-send this update (not polling, not a
+        handler that answered before the guard ran)."""
         answered_first = _answering_first() is not None
         if answered_first and not self._warned_answers_first:
             self._warned_answers_first = True
@@ -153,10 +168,54 @@ class IdempotencyMiddleware(BaseMiddleware):
                 "is lost. Use telegram_idem.adapters.aiogram_webhook."
                 "IdempotentRequestHandler (or FastAckWebhook) instead"
             )
-        if self.in_progress_wait is not None:
-            return self.in_progress_wait
         polling = "bots" in data  # start_polling's workflow data
-        return self.idem.lease + 1.0 if polling or answered_first else 0.0
+        return not (polling or answered_first)
+
+    async def _admit(self, update: LazyUpdate, bot_id: int, data: Mapping[str, Any]) -> Claim:
+        """The update guard claim, waiting out a live holder (``in_progress_wait``) and,
+        fail-closed, a store outage (``outage_wait``) where Telegram would not re-send.
+
+        Raises:
+            StoreError: the store is still down after ``outage_wait`` seconds.
+        """
+        resendable = self._resendable(data)
+        wait = self.in_progress_wait
+        if wait is None:
+            wait = 0.0 if resendable else self.idem.lease + 1.0
+        outage = self.outage_wait
+        if outage is None:
+            outage = 0.0 if resendable else DEFAULT_OUTAGE_WAIT
+        if self.on_store_error != "fail_closed":
+            outage = 0.0
+        deadline = time.monotonic() + outage
+        delay = 0.5
+        down_since: float | None = None
+        while True:
+            try:
+                claim = await self.idem.admit_update(update, bot_id=bot_id, wait=wait)
+            except StoreError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                if down_since is None:
+                    down_since = time.monotonic()
+                    log.warning(
+                        "store unavailable (%s): update %s waits up to %.0f s for it, since "
+                        "Telegram will not re-send it",
+                        exc,
+                        update["update_id"],
+                        left,
+                    )
+                await self.idem.sleep(min(delay, left))
+                delay = min(delay * 2, 10.0)
+                continue
+            if down_since is not None:
+                log.warning(
+                    "store answers again: update %s claimed after %.1f s",
+                    update["update_id"],
+                    time.monotonic() - down_since,
+                )
+            return claim
 
     async def __call__(
         self,
@@ -184,9 +243,8 @@ class IdempotencyMiddleware(BaseMiddleware):
                 return await handler(event, data)
         claim: Claim | None = data.pop(CLAIM, None)
         if claim is None:
-            wait = self._wait_for(data)
             try:
-                claim = await self.idem.admit_update(update, bot_id=bot_id, wait=wait)
+                claim = await self._admit(update, bot_id, data)
             except StoreError:
                 if self.on_store_error == "fail_closed":
                     raise

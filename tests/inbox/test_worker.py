@@ -6,22 +6,16 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import shutil
-import signal
-import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiogram import Bot, Dispatcher
 from aiogram.types import Message
-from fixtures_redis import load_services_script
-from services import service_missing
 
 from telegram_idem import Idem, ManualClock, PermanentUpdateError
 from telegram_idem.adapters.aiogram import inbox_dispatch
@@ -423,33 +417,6 @@ async def test_forum_topics_do_not_wait_for_each_other(inbox: Inbox) -> None:
 
 
 # ------------------------------------------------------------------ store outage
-
-
-@pytest.fixture
-def private_redis_port() -> Iterator[tuple[int, Callable[[], None], Callable[[], None]]]:
-    """A redis-server of this test's own on a free port: (port, kill, start)."""
-    if shutil.which("redis-server") is None:
-        service_missing("redis-server is not installed: no private server")
-    services = load_services_script()
-    directory = Path(tempfile.mkdtemp(prefix="idem-worker-outage-"))
-    port = services.free_port()
-    pids: list[int] = []
-
-    def start() -> None:
-        pids.append(services.start_redis_server(directory, port))
-
-    def kill() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pids[-1], signal.SIGKILL)
-
-    try:
-        start()
-    except services.ServiceError as exc:
-        shutil.rmtree(directory, ignore_errors=True)
-        service_missing(f"private redis-server failed: {exc}")
-    yield port, kill, start
-    kill()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 async def test_a_store_outage_backs_off_and_logs_once_then_once_on_recovery(
