@@ -32,7 +32,12 @@ from enum import StrEnum
 
 from telegram_idem.records import Outcome
 
-__all__ = ["NOT_YET_STATUS", "Verdict", "verdict_for"]
+__all__ = ["DEFAULT_OUTAGE_WAIT", "NOT_YET_STATUS", "Verdict", "verdict_for"]
+
+DEFAULT_OUTAGE_WAIT = 300.0
+"""Seconds an update that Telegram will not re-send (polled, or already answered 200)
+keeps trying its claim through a store outage, fail-closed, before the outage is raised
+(:meth:`telegram_idem.Idem.admit_update` ``outage_wait``)."""
 
 NOT_YET_STATUS = 503
 """The HTTP status a webhook answers for ``NOT_YET``: any non-2xx makes Telegram re-send

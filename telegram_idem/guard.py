@@ -31,6 +31,7 @@ from telegram_idem.errors import (
     MalformedUpdateError,
     ResultEncodingError,
     StoredFailureError,
+    StoreError,
     UpdateInProgressError,
 )
 from telegram_idem.heartbeat import heartbeat
@@ -152,28 +153,69 @@ class Idem:
         return claim
 
     async def admit_update(
-        self, update: Mapping[str, Any], *, bot_id: int, wait: float = 0.0
+        self,
+        update: Mapping[str, Any],
+        *,
+        bot_id: int,
+        wait: float = 0.0,
+        outage_wait: float = 0.0,
     ) -> Claim:
-        """Claim the update guard, waiting up to ``wait`` seconds while it is in progress.
+        """Claim the update guard, waiting up to ``wait`` seconds while it is in progress,
+        and up to ``outage_wait`` seconds while the store cannot answer.
 
         The shared admission rule (:mod:`telegram_idem.admission`): a claim found in
         progress is looked at again with backoff until it is acquired (the holder died and
         its lease ended: takeover), completed (replay), or ``wait`` runs out. Webhooks pass
         ``wait=0`` and answer ``NOT_YET`` with a non-2xx; polling shapes, which cannot make
-        Telegram re-send, pass about one lease.
+        Telegram re-send, pass about one lease. Likewise a store outage: a webhook answers
+        it non-2xx at once (``outage_wait=0``), while a polled update, whose only copy is
+        in this process, keeps trying (backoff 0.5 s doubling to 10 s; one WARNING when
+        the store stops answering and one when it answers again).
 
         Args:
             update: the Bot API update dict.
             bot_id: the receiving bot's id.
             wait: seconds to keep looking while another holder's lease is alive.
+            outage_wait: seconds to keep trying while the store raises ``StoreError``.
 
         Returns:
             The last claim; ``verdict_for(claim.outcome)`` says what to answer.
 
         Raises:
             MalformedUpdateError: no integer ``update_id``.
-            StoreError: the store could not answer.
+            StoreError: the store could not answer (still, after ``outage_wait``).
         """
+        outage_deadline = time.monotonic() + outage_wait
+        outage_delay = 0.5
+        down_since: float | None = None
+        while True:
+            try:
+                claim = await self._admit_once(update, bot_id=bot_id, wait=wait)
+            except StoreError as exc:
+                left = outage_deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                if down_since is None:
+                    down_since = time.monotonic()
+                    log.warning(
+                        "store unavailable (%s): update %s waits up to %.0f s for it, since "
+                        "Telegram will not re-send it",
+                        exc,
+                        update.get("update_id"),
+                        left,
+                    )
+                await self.sleep(min(outage_delay, left))
+                outage_delay = min(outage_delay * 2, 10.0)
+                continue
+            if down_since is not None:
+                log.warning(
+                    "store answers again: update %s claimed after %.1f s",
+                    update.get("update_id"),
+                    time.monotonic() - down_since,
+                )
+            return claim
+
+    async def _admit_once(self, update: Mapping[str, Any], *, bot_id: int, wait: float) -> Claim:
         deadline = time.monotonic() + wait
         delay = 0.05
         while True:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -44,6 +43,7 @@ from aiogram.webhook.aiohttp_server import BaseRequestHandler
 from pydantic import ValidationError
 
 from telegram_idem.adapters._aiogram_wiring import check_event, check_handlers
+from telegram_idem.admission import DEFAULT_OUTAGE_WAIT
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.context import bind_update
 from telegram_idem.errors import MalformedUpdateError, StoreError
@@ -52,7 +52,6 @@ from telegram_idem.records import Claim
 
 __all__ = [
     "CLAIM",
-    "DEFAULT_OUTAGE_WAIT",
     "UNGUARDED",
     "IdempotencyMiddleware",
     "LazyUpdate",
@@ -71,9 +70,6 @@ already, or a webhook failed open on a store outage); the update is still bound.
 log = logging.getLogger("telegram_idem.aiogram")
 
 StorePolicy = Literal["fail_closed", "fail_open"]
-
-DEFAULT_OUTAGE_WAIT = 300.0
-"""Seconds a polled update keeps trying its claim through a store outage (fail-closed)."""
 
 
 def update_to_dict(update: Update) -> dict[str, Any]:
@@ -133,7 +129,7 @@ class IdempotencyMiddleware(BaseMiddleware):
         outage_wait: with ``"fail_closed"``, seconds to keep trying the claim through a
             store outage (with backoff, 0.5 s doubling to 10 s) before raising
             :class:`~telegram_idem.errors.StoreError`. ``None`` (default):
-            :data:`DEFAULT_OUTAGE_WAIT` where nothing can make Telegram re-send the update
+            :data:`~telegram_idem.admission.DEFAULT_OUTAGE_WAIT` (300 s) where nothing can make Telegram re-send the update
             (the same shapes as ``in_progress_wait``: the update's task is then its only
             copy), ``0`` elsewhere (the StoreError makes the answer non-2xx). One WARNING
             when the wait starts and one when the store answers again.
@@ -187,35 +183,7 @@ class IdempotencyMiddleware(BaseMiddleware):
             outage = 0.0 if resendable else DEFAULT_OUTAGE_WAIT
         if self.on_store_error != "fail_closed":
             outage = 0.0
-        deadline = time.monotonic() + outage
-        delay = 0.5
-        down_since: float | None = None
-        while True:
-            try:
-                claim = await self.idem.admit_update(update, bot_id=bot_id, wait=wait)
-            except StoreError as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                if down_since is None:
-                    down_since = time.monotonic()
-                    log.warning(
-                        "store unavailable (%s): update %s waits up to %.0f s for it, since "
-                        "Telegram will not re-send it",
-                        exc,
-                        update["update_id"],
-                        left,
-                    )
-                await self.idem.sleep(min(delay, left))
-                delay = min(delay * 2, 10.0)
-                continue
-            if down_since is not None:
-                log.warning(
-                    "store answers again: update %s claimed after %.1f s",
-                    update["update_id"],
-                    time.monotonic() - down_since,
-                )
-            return claim
+        return await self.idem.admit_update(update, bot_id=bot_id, wait=wait, outage_wait=outage)
 
     async def __call__(
         self,

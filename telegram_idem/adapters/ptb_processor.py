@@ -30,7 +30,7 @@ from telegram_idem.adapters.ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.admission import Verdict, verdict_for
+from telegram_idem.admission import DEFAULT_OUTAGE_WAIT, Verdict, verdict_for
 from telegram_idem.errors import ConfigurationError, StoreError, UpdateInProgressError
 from telegram_idem.guard import Idem
 from telegram_idem.ordering import DEFAULT_ORDERING, Ordering
@@ -114,9 +114,15 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             :data:`~telegram_idem.ordering.DEFAULT_ORDERING`); only with ``ordered=True``.
         in_progress_wait: seconds to keep looking at an update in progress elsewhere
             (default: ``idem.lease`` + :data:`TAKEOVER_MARGIN`); ``0`` reports it at once.
+        outage_wait: with ``"fail_closed"``, seconds an update keeps trying its claim
+            through a store outage before the ``StoreError`` is reported (default
+            :data:`~telegram_idem.admission.DEFAULT_OUTAGE_WAIT`, 300 s): an update that
+            reached the processor was already acknowledged to Telegram (polling, PTB's
+            webhook server), so this process holds its only copy.
 
     Raises:
-        ValueError: ``max_concurrent_updates`` < 1 or ``in_progress_wait`` < 0.
+        ValueError: ``max_concurrent_updates`` < 1, or ``in_progress_wait`` or
+            ``outage_wait`` < 0.
         ConfigurationError: ``ordering`` given together with ``ordered=False``.
     """
 
@@ -134,6 +140,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         "on_store_error",
         "ordered",
         "ordering",
+        "outage_wait",
     )
 
     def __init__(
@@ -146,12 +153,16 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         ordered: bool = True,
         ordering: Ordering | None = None,
         in_progress_wait: float | None = None,
+        outage_wait: float | None = None,
     ) -> None:
         self._limit = max_concurrent_updates
         super().__init__(max_concurrent_updates)
         wait = idem.lease + TAKEOVER_MARGIN if in_progress_wait is None else in_progress_wait
         if wait < 0:
             raise ValueError("in_progress_wait must be >= 0 seconds")
+        outage = DEFAULT_OUTAGE_WAIT if outage_wait is None else outage_wait
+        if outage < 0:
+            raise ValueError("outage_wait must be >= 0 seconds")
         if ordering is not None and not ordered:
             raise ConfigurationError(
                 "ordering= was given with ordered=False, which turns ordering off: drop one"
@@ -162,6 +173,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         self.ordered = ordered
         self.ordering: Ordering | None = (ordering or DEFAULT_ORDERING) if ordered else None
         self.in_progress_wait = wait
+        self.outage_wait = outage if on_store_error == "fail_closed" else 0.0
         self._places = asyncio.Semaphore(max_concurrent_updates)
         self._busy = 0
         self._order = KeyedLocks()
@@ -309,7 +321,9 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             bot_id = self._bot_id(update, application)
             claim = self._handed_over.pop((bot_id, update.update_id), None)
             if claim is None:
-                claim = await self.idem.admit_update(raw, bot_id=bot_id, wait=self.in_progress_wait)
+                claim = await self.idem.admit_update(
+                    raw, bot_id=bot_id, wait=self.in_progress_wait, outage_wait=self.outage_wait
+                )
         except StoreError as exc:
             if self.on_store_error == "fail_open":
                 log.error(

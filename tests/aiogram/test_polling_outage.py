@@ -55,7 +55,7 @@ async def test_a_polled_update_waits_out_a_store_outage_and_runs_once(
     runs: list[int] = []
     dp = dispatcher(idem, runs)
     update = Update.model_validate(load_fixture("techpost_command"), context={"bot": bot})
-    caplog.set_level(logging.WARNING, logger="telegram_idem.aiogram")
+    caplog.set_level(logging.WARNING, logger="telegram_idem")
     kill()
     try:
         # What start_polling does with each update: feed it in a task, with "bots" in
@@ -72,7 +72,7 @@ async def test_a_polled_update_waits_out_a_store_outage_and_runs_once(
         assert again is not None
     finally:
         await idem.close()
-    messages = [r.getMessage() for r in caplog.records if r.name == "telegram_idem.aiogram"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "telegram_idem"]
     assert sum("store unavailable" in m for m in messages) == 1
     assert sum("store answers again" in m for m in messages) == 1
 

@@ -267,7 +267,7 @@ async def test_non_update_objects_pass_through_the_processor(api: FakeBotAPI, id
 # ------------------------------------------------------------- store outages
 
 
-async def test_fail_closed_drops_the_update_and_reports_the_store_error(
+async def test_fail_closed_reports_the_store_error_after_its_outage_wait(
     api: FakeBotAPI, broken_idem: Idem, caplog: pytest.LogCaptureFixture
 ) -> None:
     runs: list[int] = []
@@ -279,7 +279,7 @@ async def test_fail_closed_drops_the_update_and_reports_the_store_error(
     async def on_error(update: object, context: Ctx) -> None:
         reported.append(context.error)
 
-    app = build(api, broken_idem)
+    app = build(api, broken_idem, outage_wait=0.5)  # the store never comes back
     app.add_handler(CommandHandler("techpost", techpost))
     app.add_error_handler(on_error)
     with caplog.at_level(logging.ERROR, logger="telegram_idem.ptb"):
