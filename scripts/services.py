@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Throwaway test services on loopback: a 3-master Redis Cluster and a moto (DynamoDB) server.
 
+Also importable (not started by the command line): :func:`start_redis_server` and
+:func:`start_postgres_server`, one private server each, which tests that stop or
+reconfigure a server use instead of the machine's shared PostgreSQL and Redis.
+
 Usage (CI)::
 
     eval "$(.venv/bin/python scripts/services.py start --state /tmp/idem-services.json)"
@@ -18,8 +22,8 @@ started) and removes the directory. A service whose program is missing
 (``redis-server``/``redis-cli``, ``moto_server``) is skipped with a note on stderr;
 ``--only redis`` / ``--only moto`` start one of them.
 
-The functions (:func:`start_redis_cluster`, :func:`start_moto`, :func:`stop_services`)
-are importable, so the test suite can start a private cluster when CI has not.
+The functions (:func:`start_redis_cluster`, :func:`start_moto`, :func:`stop_services`,
+:func:`start_postgres_server`, :func:`stop_postgres_server`) are importable, so the test suite can start a private cluster when CI has not.
 Exit status: 0 on success, 1 if a service failed to start (what did start is stopped).
 """
 
@@ -45,8 +49,12 @@ from pathlib import Path
 __all__ = [
     "Services",
     "free_port",
+    "postgres_bindir",
     "start_moto",
+    "start_postgres_server",
     "start_redis_cluster",
+    "start_redis_server",
+    "stop_postgres_server",
     "stop_services",
 ]
 
@@ -290,6 +298,118 @@ def start_moto(services: Services) -> None:
 
     _wait("moto_server", answers, 30, log_path)
     _log(f"moto server up on http://127.0.0.1:{port}")
+
+
+def postgres_bindir() -> Path | None:
+    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``: next to ``initdb``
+    on PATH, else the newest ``/usr/lib/postgresql/<version>/bin`` (Debian), else None."""
+    found = shutil.which("initdb")
+    if found is not None:
+        return Path(found).resolve().parent
+    candidates = [p for p in Path("/usr/lib/postgresql").glob("*/bin") if (p / "initdb").exists()]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+
+
+def _as_postgres_user(directory: Path) -> list[str]:
+    """The command prefix that runs a PostgreSQL program on ``directory``.
+
+    ``initdb`` and ``postgres`` refuse to run as root: as root, the programs run as the
+    ``postgres`` user (``runuser``) and ``directory`` is handed to it.
+
+    Raises:
+        ServiceError: running as root without a ``postgres`` user or ``runuser``.
+    """
+    if os.geteuid() != 0:
+        return []
+    import pwd
+
+    runuser = shutil.which("runuser")
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        raise ServiceError("running as root and there is no 'postgres' user") from None
+    if runuser is None:
+        raise ServiceError("running as root and runuser is not installed")
+    os.chown(directory, user.pw_uid, user.pw_gid)
+    return [runuser, "-u", "postgres", "--"]
+
+
+def _run(command: list[str], what: str, timeout: float = 60.0) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise ServiceError(f"{what} failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+
+def start_postgres_server(directory: Path, port: int) -> None:
+    """Start a private PostgreSQL on 127.0.0.1:``port`` with its data under ``directory``.
+
+    The first call makes the cluster (``initdb``: user ``postgres``, trust
+    authentication, database ``postgres``); later calls on the same ``directory`` start it
+    again (e.g. after :func:`stop_postgres_server`), with every committed write kept.
+    ``fsync`` is off: a crash of the machine may lose data, which tests do not need. Its Unix socket is in ``directory`` too, so it never
+    touches the machine's cluster. Returns once the server accepts connections.
+
+    Raises:
+        ServiceError: the binaries are missing, or ``initdb`` / ``pg_ctl start`` failed
+            (the message carries their output and the server log's path).
+    """
+    bindir = postgres_bindir()
+    if bindir is None:
+        raise ServiceError("PostgreSQL server binaries (initdb, pg_ctl) not found")
+    prefix = _as_postgres_user(directory)
+    data, log = directory / "data", directory / "server.log"
+    if not (data / "PG_VERSION").exists():
+        _run(
+            [
+                *prefix,
+                *(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8"),
+                *("--auth=trust", "--no-sync", "--no-instructions"),
+            ],
+            "initdb",
+        )
+    options = (
+        # fsync=off: a crash of the *server* (stop -m immediate) loses nothing, since the
+        # OS still holds what was written; synchronous_commit stays on for that reason
+        f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        " -c full_page_writes=off"
+    )
+    _run(
+        [
+            *prefix,
+            *(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log)),
+            *("-w", "-t", "60", "-o", options, "start"),
+        ],
+        f"pg_ctl start on :{port} (log: {log})",
+        timeout=90,
+    )
+
+
+def stop_postgres_server(directory: Path, *, mode: str = "immediate") -> None:
+    """Stop the server :func:`start_postgres_server` started on ``directory``.
+
+    Args:
+        mode: ``pg_ctl`` shutdown mode; ``"immediate"`` ends every backend at once (a
+            crash, as an outage looks to clients), ``"fast"`` shuts down cleanly.
+
+    A server that is not running is not an error.
+
+    Raises:
+        ServiceError: ``pg_ctl stop`` failed on a running server.
+    """
+    bindir = postgres_bindir()
+    data = directory / "data"
+    if bindir is None or not (data / "postmaster.pid").exists():
+        return
+    _run(
+        [
+            *_as_postgres_user(directory),
+            *(str(bindir / "pg_ctl"), "-D", str(data), "-m", mode, "-w", "-t", "60", "stop"),
+        ],
+        "pg_ctl stop",
+        timeout=90,
+    )
 
 
 def _runs(pid: int, program: str) -> bool:

@@ -14,9 +14,11 @@ shorthands ``{bot_id}``, ``{chat_id}``, ``{user_id}``, ``{message_id}``, ``{thre
 ``{callback_data}`` resolved from whichever update type arrived.
 
 Every key is bounded (:func:`bounded_key`): a key longer than :data:`MAX_KEY_BYTES`
-(UTF-8) is stored as its first :data:`KEY_PREFIX_BYTES` bytes, ``":h:"`` and the
-SHA-256 of the whole key, so every store accepts it (PostgreSQL's index limit is about
-2.7 KB, DynamoDB's partition key 2 KB) and it stays readable in logs.
+(UTF-8), or one no store driver takes as it is (a lone surrogate, NUL), is stored as its
+first :data:`KEY_PREFIX_BYTES` bytes (odd characters escaped), ``":h:"`` and the SHA-256
+of the whole key, so every store accepts it (PostgreSQL's index limit is about 2.7 KB
+and its ``text`` holds no NUL, DynamoDB's partition key 2 KB, no driver encodes a
+surrogate) and it stays readable in logs.
 """
 
 from __future__ import annotations
@@ -53,20 +55,40 @@ KEY_PREFIX_BYTES = 200
 
 
 def bounded_key(key: str) -> str:
-    """``key`` itself if it is at most :data:`MAX_KEY_BYTES` UTF-8 bytes, else its first
-    :data:`KEY_PREFIX_BYTES` bytes + ``":h:"`` + the SHA-256 (hex) of the whole key.
+    """A key every store can hold, for any ``str``: ``key`` itself when it is at most
+    :data:`MAX_KEY_BYTES` bytes of strict UTF-8 without NUL; otherwise a readable head +
+    ``":h:"`` + the SHA-256 (hex) of the whole key.
 
-    Idempotent (a bounded key is returned unchanged) and collision-free in practice, so
-    it is applied wherever a key enters a store. Lone surrogates (``"\\ud800"``) are
-    encoded with ``surrogatepass``, never rejected.
+    The head is the key's first :data:`KEY_PREFIX_BYTES` UTF-8 bytes (cut at a character)
+    with lone surrogates (``"\\ud800"``, a valid JSON escape that is not UTF-8) and NUL
+    (which PostgreSQL ``text`` cannot hold) spelled as backslash escapes; the hash is
+    taken over the key's ``surrogatepass`` encoding, so distinct keys stay distinct (a key
+    that spells the escape out is another key).
+
+    Deterministic and idempotent (a bounded key is returned unchanged), so it is applied
+    wherever a key enters a store. Never raises.
     """
-    if len(key) * 4 <= MAX_KEY_BYTES:  # at most 4 bytes a character: short for sure
-        return key
+    if len(key) <= MAX_KEY_BYTES and key.isascii() and "\x00" not in key:
+        return key  # the common case, decided without encoding
     raw = key.encode("utf-8", "surrogatepass")
-    if len(raw) <= MAX_KEY_BYTES:
+    if len(raw) <= MAX_KEY_BYTES and "\x00" not in key and _is_utf8(key):
         return key
-    head = raw[:KEY_PREFIX_BYTES].decode("utf-8", "ignore")  # never half a character
-    return f"{head}:h:{hashlib.sha256(raw).hexdigest()}"
+    return f"{_readable_head(key)}:h:{hashlib.sha256(raw).hexdigest()}"
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _readable_head(key: str) -> str:
+    """The first :data:`KEY_PREFIX_BYTES` bytes of ``key`` as strict UTF-8 without NUL."""
+    head = key[:KEY_PREFIX_BYTES]  # enough characters: each is at least one byte
+    escaped = head.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return escaped.encode("utf-8")[:KEY_PREFIX_BYTES].decode("utf-8", "ignore")
 
 
 _SHORTHANDS: dict[str, Callable[[Mapping[str, Any]], object]] = {

@@ -5,19 +5,29 @@ table is made by :func:`telegram_idem.backends.postgres_schema.migrate` before t
 handed out, and dropped when the test ends. The fixture is synchronous (the async
 ``store_factory`` fixture calls it while its event loop runs), so the few async calls it
 needs run on a short-lived loop in a helper thread.
+
+``private_postgres`` (import ``private_postgres_fixture`` to use it) is a PostgreSQL server of the test's own (``initdb`` into a
+temporary directory, a free loopback port), for tests that stop and start a server:
+the machine's shared server is never stopped, since other test runs use it meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import shutil
+import signal
+import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
-from services import POSTGRES_URL, service_missing
+from services import POSTGRES_URL, load_services_script, service_missing
 
 T = TypeVar("T")
 
@@ -112,3 +122,66 @@ def postgres_url_factory() -> Iterator[Callable[[], str]]:
     yield make
     if prefixes:
         run_sync(lambda: drop_tables(POSTGRES_URL, prefixes))
+
+
+@dataclass
+class PrivatePostgres:
+    """A PostgreSQL server only this test uses: data, socket and log under ``directory``,
+    listening on 127.0.0.1:``port``, user ``postgres`` with trust authentication."""
+
+    directory: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:<port>/postgres``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        """Start it (again); returns once it accepts connections."""
+        load_services_script().start_postgres_server(self.directory, self.port)
+
+    def stop(self) -> None:
+        """Stop it at once (``pg_ctl stop -m immediate``): every connection is cut."""
+        load_services_script().stop_postgres_server(self.directory)
+
+    def remove(self) -> None:
+        """Stop it if it runs and delete its directory."""
+        try:
+            self.stop()
+        except Exception:
+            self._kill_postmaster()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _kill_postmaster(self) -> None:
+        pidfile = self.directory / "data" / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+            os.kill(pid, signal.SIGQUIT)  # the postmaster's immediate shutdown
+        except (OSError, ValueError):
+            pass
+
+
+@pytest.fixture(name="private_postgres")
+def private_postgres_fixture() -> Iterator[PrivatePostgres]:
+    """A running private PostgreSQL (about a second to make); removed at teardown.
+
+    Skips (fails under ``IDEM_REQUIRE_SERVICES=1``) when it cannot start here: no server
+    binaries, root without a ``postgres`` user, or ``initdb``/``pg_ctl`` failing.
+    """
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        service_missing("asyncpg is not installed (pip install 'telegram-idem[postgres]')")
+    module = load_services_script()
+    directory = Path(tempfile.mkdtemp(prefix="idem-postgres-test-"))
+    server = PrivatePostgres(directory, module.free_port())
+    try:
+        server.start()
+    except module.ServiceError as exc:
+        server.remove()
+        service_missing(f"a private PostgreSQL could not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -14,35 +14,16 @@ An unreachable server (or a cluster that cannot be started) is
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 import redis
 import redis.cluster
-from services import REDIS_CLUSTER_URL, REDIS_URL, service_missing
+from services import REDIS_CLUSTER_URL, REDIS_URL, load_services_script, service_missing
 
 UrlFactory = Callable[[], str]
-
-_SCRIPTS_SERVICES = Path(__file__).resolve().parent.parent / "scripts" / "services.py"
-
-
-def load_services_script() -> ModuleType:
-    """``scripts/services.py`` as a module (its name would clash with tests/services.py)."""
-    name = "idem_scripts_services"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _SCRIPTS_SERVICES)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def with_option(url: str, name: str, value: str) -> str:

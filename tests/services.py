@@ -9,12 +9,22 @@
 
 An absent service skips its tests with the reason, unless ``IDEM_REQUIRE_SERVICES=1``
 (CI sets it), which turns every such skip into a failure.
+
+The shared services are never stopped, flushed or reconfigured by a test (other runs use
+them at the same time): a test that needs an outage, a restart or a server setting
+starts a private server on a free port with ``scripts/services.py``
+(:func:`load_services_script`), as ``tests/fixtures_postgres.py`` (``private_postgres``)
+and ``tests/stores/test_redis.py`` (``outage_server``) do.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -40,3 +50,19 @@ def service_missing(reason: str) -> NoReturn:
     if os.environ.get("IDEM_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service missing: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+_SCRIPTS_SERVICES = Path(__file__).resolve().parent.parent / "scripts" / "services.py"
+
+
+def load_services_script() -> ModuleType:
+    """``scripts/services.py`` as a module (its name would clash with this one)."""
+    name = "idem_scripts_services"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _SCRIPTS_SERVICES)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -87,7 +87,13 @@ class PollingIngress:
             StoreError: the batch could not be admitted (the offset did not move).
             Exception: whatever ``get_updates`` raised.
         """
-        batch = await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        return await self._admit(await self._fetch())
+
+    async def _fetch(self) -> list[Any]:
+        return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+
+    async def _admit(self, batch: list[Any]) -> int:
+        """Admit ``batch``, then move the offset past it; returns its length."""
         if not batch:
             return 0
         entries = [self._entry(item) for item in batch]
@@ -128,16 +134,47 @@ class PollingIngress:
             return rejected_entry(self.idem, item, bot_id=self.bot_id, error=error), None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until ``stop`` is set; errors wait ``error_delay`` and try again."""
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except StoreError:
-                log.warning("store outage: batch not admitted; offset kept", exc_info=True)
-                await asyncio.sleep(self.error_delay)
-            except Exception:
-                log.warning("getUpdates failed", exc_info=True)
-                await asyncio.sleep(self.error_delay)
+        """Poll until ``stop`` is set.
+
+        Stopping is prompt: a long poll in flight when ``stop`` is set is cancelled at
+        once (not waited out for up to ``poll_timeout`` seconds), and so is the
+        ``error_delay`` pause. Nothing is lost by it: Telegram keeps an update until a
+        later ``getUpdates`` confirms it with a higher ``offset`` (Bot API,
+        ``getUpdates``), and the offset moves only after a batch is admitted, so a batch
+        fetched but not admitted is sent again at the next poll. A batch that has
+        arrived when ``stop`` is set is still admitted before ``run`` returns.
+
+        A failed fetch (logged at WARNING as ``getUpdates failed``) or a store outage
+        (the batch not admitted, offset kept) is retried after ``error_delay`` seconds.
+        Cancelling ``run`` cancels the poll in flight too.
+        """
+        stopping = asyncio.ensure_future(stop.wait())
+        fetch: asyncio.Future[list[Any]] | None = None
+        try:
+            while not stop.is_set():
+                fetch = asyncio.ensure_future(self._fetch())
+                await asyncio.wait({fetch, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    return  # stopped mid-poll: the finally clause cancels the fetch
+                try:
+                    await self._admit(fetch.result())
+                except StoreError:
+                    log.warning("store outage: batch not admitted; offset kept", exc_info=True)
+                    await self._pause(stopping)
+                except Exception:
+                    log.warning("getUpdates failed", exc_info=True)
+                    await self._pause(stopping)
+        finally:
+            stopping.cancel()
+            if fetch is not None and not fetch.done():
+                fetch.cancel()
+                await asyncio.wait({fetch})  # let it end; its CancelledError is its own
+                if not fetch.cancelled():
+                    fetch.exception()  # ended otherwise: a batch not admitted, fetched again
+
+    async def _pause(self, stopping: asyncio.Future[Any]) -> None:
+        """Wait ``error_delay`` seconds, or less if ``stop`` is set meanwhile."""
+        await asyncio.wait({stopping}, timeout=self.error_delay)
 
 
 def _update_id(item: object) -> int | None:

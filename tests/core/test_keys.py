@@ -324,6 +324,61 @@ async def test_a_10kb_key_runs_once_and_replays_on_every_store(
     assert runs.count("decorated") == 1
 
 
+# ------------------------------------------------------- keys no store could hold
+
+
+ODD_KEYS = ["\ud800", "a\udfffb", "nul\x00byte", "\x00"]
+"""Strings a store driver refuses as they are: lone surrogates (valid JSON escapes, not
+UTF-8) and NUL (PostgreSQL ``text`` cannot hold it)."""
+
+
+def escape(odd: str) -> str:
+    """``odd`` spelled with backslash escapes, as the readable part of its key shows it."""
+    return odd.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+
+
+@pytest.mark.parametrize("odd", ODD_KEYS)
+def test_an_odd_key_becomes_a_readable_bounded_key(odd: str) -> None:
+    escaped = escape(odd)
+    key = bounded_key(f"idem:7:a:tap:{odd}")
+    key.encode("utf-8")  # strict UTF-8: no surrogates left
+    assert "\x00" not in key
+    assert key.startswith(f"idem:7:a:tap:{escaped}:h:")  # readable in logs
+    assert len(key.encode()) <= MAX_KEY_BYTES
+    assert key == bounded_key(f"idem:7:a:tap:{odd}") == bounded_key(key)  # stable, idempotent
+    assert len({bounded_key(f"k:{o}") for o in ODD_KEYS}) == len(ODD_KEYS)  # no collisions
+    # the escape is only the readable part: a key spelling the escape out is another key
+    assert bounded_key(f"k:{odd}") != bounded_key(f"k:{escaped}")
+    assert bounded_key(("\ud800" + "x" * 300) * 10).encode()  # long and odd: hashed too
+
+
+@pytest.mark.parametrize("odd", ["\ud800", "nul\x00"])
+async def test_a_key_with_a_lone_surrogate_or_nul_runs_once_and_replays_on_every_store(
+    store: Store, clock: ManualClock, odd: str
+) -> None:
+    idem = Idem(store, clock=clock, heartbeat=False)
+    runs: list[str] = []
+
+    @idempotent(key="{callback_data}")
+    async def tap() -> str:
+        runs.append("tap")
+        return "answered"
+
+    update = load_fixture("callback_delete")
+    update["callback_query"]["data"] = odd
+    with bind_update(update, bot_id=BOT, idem=idem):
+        assert await tap() == "answered"
+        assert await tap() == "answered"
+    assert runs == ["tap"]
+    record = await store.get(idem.keys.action(BOT, odd))
+    assert record is not None and record.key == bounded_key(idem.keys.action(BOT, odd))
+    other = load_fixture("callback_delete")
+    other["callback_query"]["data"] = escape(odd)
+    with bind_update(other, bot_id=BOT, idem=idem):
+        assert await tap() == "answered"
+    assert runs == ["tap", "tap"]  # its escaped spelling is another key
+
+
 # ------------------------------------------------------- callable key results
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,7 +20,14 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 from click.testing import CliRunner
-from fixtures_postgres import drop_tables, postgres_reachable_or_missing, run_sync, with_option
+from fixtures_postgres import (
+    PrivatePostgres,
+    drop_tables,
+    postgres_reachable_or_missing,
+    private_postgres_fixture,  # noqa: F401 (the private_postgres fixture)
+    run_sync,
+    with_option,
+)
 from pg_counting import Trips, counting_connection_class
 from services import POSTGRES_URL
 
@@ -387,9 +392,12 @@ async def test_server_clock_decides_leases(
 
 
 async def test_50_claims_of_one_key_through_50_connections_acquire_once(
-    postgres_url_factory: Callable[[], str], closing: Callable[[PostgresStore], PostgresStore]
+    private_postgres: PrivatePostgres, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
-    url = with_option(postgres_url_factory(), "min_size=50&max_size=50")
+    # half of a server's default max_connections (100): on a private server, so that
+    # other runs sharing the machine's server are never refused a connection
+    await migrate(private_postgres.url, table_prefix="fifty")
+    url = with_option(private_postgres.url, "table_prefix=fifty&min_size=50&max_size=50")
     store = closing(PostgresStore.from_url(url))  # server clock
     await store.get("warm")  # opens all 50 connections
     pids: set[int] = set()
@@ -470,36 +478,21 @@ async def test_statement_cache_size_0_uses_only_unnamed_statements(
 
 # ----------------------------------------------------------------- outage
 
-_PG_CTL = shutil.which("pg_ctlcluster")
-
-
-def _cluster(action: str) -> None:
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
-
 
 async def test_outage_is_a_store_error_and_the_same_store_recovers(
-    postgres_url_factory: Callable[[], str], closing: Callable[[PostgresStore], PostgresStore]
+    private_postgres: PrivatePostgres, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
-    """Stops the real server for a few seconds: other runs sharing it see the outage too.
-    Set IDEM_TEST_POSTGRES_OUTAGE=0 to skip it."""
-    if os.environ.get("IDEM_TEST_POSTGRES_OUTAGE", "1") == "0":
-        pytest.skip("IDEM_TEST_POSTGRES_OUTAGE=0")
-    if _PG_CTL is None or not os.path.isdir("/etc/postgresql"):
-        pytest.skip("needs pg_ctlcluster to stop and start the local PostgreSQL")
-    if urlsplit(POSTGRES_URL).hostname not in {"127.0.0.1", "localhost", "::1"}:
-        pytest.skip("the outage test stops a local PostgreSQL only")
-    url = with_option(postgres_url_factory(), "min_size=2&max_size=4&connect_timeout=3")
+    """Stops a private server (never the shared one: other runs use it meanwhile)."""
+    shared_started = await shared_server_started()
+    await migrate(private_postgres.url, table_prefix="outage")
+    url = with_option(
+        private_postgres.url, "table_prefix=outage&min_size=2&max_size=4&connect_timeout=3"
+    )
     store = closing(PostgresStore.from_url(url))
     held = await store.claim("before", lease=LEASE, retention=RETENTION)
     assert held.outcome is Outcome.ACQUIRED
+    private_postgres.stop()
     try:
-        _cluster("stop")
         for call in (
             lambda: store.claim("during", lease=LEASE, retention=RETENTION),
             lambda: store.claim_many(["m1", "m2"], lease=LEASE, retention=RETENTION),
@@ -512,9 +505,9 @@ async def test_outage_is_a_store_error_and_the_same_store_recovers(
             assert isinstance(info.value.original, PostgresStore.driver_errors)
             assert info.value.__cause__ is info.value.original
     finally:
-        _cluster("start")
+        private_postgres.start()
     deadline = time.monotonic() + 30
-    while True:  # the server may refuse connections for a moment while it starts
+    while True:  # pooled connections died with the server: the pool reconnects
         try:
             record = await store.get("before")
             break
@@ -528,6 +521,19 @@ async def test_outage_is_a_store_error_and_the_same_store_recovers(
     again = await store.claim("before", lease=LEASE, retention=RETENTION)
     assert (again.outcome, again.token) == (Outcome.IN_PROGRESS, held.token)
     assert await store.complete("before", held.token, b"1", retention=RETENTION)
+    assert await shared_server_started() == shared_started  # the shared server ran on
+
+
+async def shared_server_started() -> object:
+    """The shared server's ``pg_postmaster_start_time()``, or None if it is unreachable."""
+    try:
+        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    except (OSError, asyncpg.PostgresError):
+        return None
+    try:
+        return await conn.fetchval("SELECT pg_postmaster_start_time()")
+    finally:
+        await conn.close()
 
 
 async def test_unreachable_server_is_a_store_error_with_the_original() -> None:

@@ -1,0 +1,122 @@
+"""PollingIngress.run stops promptly: a long poll in flight, or the pause after an error,
+ends as soon as ``stop`` is set, and nothing fetched is lost by stopping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+
+from telegram_idem import Idem
+from telegram_idem.adapters.aiogram import aiogram_get_updates
+from telegram_idem.ingress.polling import PollingIngress
+from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.factories import UpdateFactory
+
+TOKEN = "7000000001:AApolling"
+BOT = 7000000001
+LONG = 600.0
+"""A long poll (and error pause) far longer than any test waits: without a prompt stop,
+``run`` would not return before the test's bound."""
+BOUND = 10.0
+"""How long a test waits for ``run`` to return after ``stop`` (a hang guard, not a speed
+check: a late stop takes ``LONG``)."""
+
+
+@pytest.fixture
+async def idem(tmp_path: Path) -> AsyncIterator[Idem]:
+    guard = Idem(f"sqlite:///{tmp_path / 'bot.db'}")
+    yield guard
+    await guard.close()
+
+
+async def until(condition: Any) -> None:
+    async with asyncio.timeout(BOUND):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_stop_interrupts_a_long_poll_in_flight_and_the_batch_is_fetched_again(
+    idem: Idem,
+) -> None:
+    async with FakeBotAPI(long_poll_cap=LONG) as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        try:
+            ingress = PollingIngress(idem, aiogram_get_updates(bot), bot_id=BOT, poll_timeout=LONG)
+            stop = asyncio.Event()
+            running = asyncio.create_task(ingress.run(stop))
+            await until(lambda: api.calls_of("getUpdates"))  # the long poll is waiting
+            stop.set()
+            async with asyncio.timeout(BOUND):
+                await running  # returns now, not after the 600 s poll
+            assert ingress.offset is None and ingress.admitted == 0
+
+            # an update Telegram holds is not confirmed by the cancelled poll: the next
+            # poller (same offset) gets it
+            api.queue_update(UpdateFactory().command("/x", update_id=41))
+            again = PollingIngress(idem, aiogram_get_updates(bot), bot_id=BOT, poll_timeout=0)
+            assert await again.poll_once() == 1
+            assert (again.admitted, again.offset) == (1, 42)
+        finally:
+            await bot.session.close()
+
+
+async def test_a_batch_fetched_as_stop_is_set_is_still_admitted(idem: Idem) -> None:
+    stop = asyncio.Event()
+    batches = [[UpdateFactory().command("/x", update_id=7)]]
+
+    async def get_updates(offset: int | None, limit: int, wait: float) -> list[Any]:
+        if not batches:
+            await asyncio.sleep(LONG)
+        stop.set()  # stop arrives while the batch is on its way back
+        return batches.pop()
+
+    ingress = PollingIngress(idem, get_updates, bot_id=BOT, poll_timeout=LONG)
+    async with asyncio.timeout(BOUND):
+        await ingress.run(stop)
+    assert (ingress.admitted, ingress.offset) == (1, 8)
+    assert await idem.store.inbox().depth() == 1
+
+
+async def test_stop_cuts_the_pause_after_a_failed_fetch_short(idem: Idem) -> None:
+    calls: list[int | None] = []
+
+    async def get_updates(offset: int | None, limit: int, wait: float) -> list[Any]:
+        calls.append(offset)
+        raise ConnectionError("Telegram unreachable")
+
+    ingress = PollingIngress(idem, get_updates, bot_id=BOT, poll_timeout=0, error_delay=LONG)
+    stop = asyncio.Event()
+    running = asyncio.create_task(ingress.run(stop))
+    await until(lambda: calls)  # failed once, now pausing for error_delay
+    stop.set()
+    async with asyncio.timeout(BOUND):
+        await running
+    assert calls == [None]
+
+
+async def test_cancelling_run_cancels_the_poll_in_flight(idem: Idem) -> None:
+    polls: list[str] = []
+
+    async def get_updates(offset: int | None, limit: int, wait: float) -> list[Any]:
+        polls.append("started")
+        try:
+            await asyncio.sleep(LONG)
+        except asyncio.CancelledError:
+            polls.append("cancelled")
+            raise
+        return []
+
+    ingress = PollingIngress(idem, get_updates, bot_id=BOT, poll_timeout=LONG)
+    running = asyncio.create_task(ingress.run(asyncio.Event()))
+    await until(lambda: polls)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert polls == ["started", "cancelled"]  # no poll left running behind the caller
