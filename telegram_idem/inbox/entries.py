@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError
 from telegram_idem.inbox.base import NewEntry
+from telegram_idem.keys import bounded_key
 from telegram_idem.ordering import DEFAULT_ORDERING, Ordering, OrderingUnit
 from telegram_idem.updates import validate_update
 
@@ -81,6 +82,8 @@ def new_entry(
             update.get("update_id"),
         )
         unit = None
+    if unit is not None:
+        unit = bounded_key(unit)  # odd or huge units (a template over callback data)
     return NewEntry(
         update_key=idem.keys.update(bot_id, update["update_id"]),
         ordering_key=unit,

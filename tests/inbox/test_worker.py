@@ -277,9 +277,10 @@ async def test_the_heartbeat_keeps_a_long_run_from_a_second_worker(tmp_path: Pat
 
     async def dispatch(update: dict[str, Any]) -> None:
         runs.append(update["update_id"])
-        await asyncio.sleep(1.0)  # three leases long; awaiting lets the heartbeat run
+        await asyncio.sleep(2.5)  # 2.5 leases long; awaiting lets the heartbeat run
 
-    workers = [InboxWorker(s.inbox(), dispatch, lease=0.3, poll_interval=0.02) for s in stores]
+    # A lease long enough that a loaded machine still beats in time (every lease / 3).
+    workers = [InboxWorker(s.inbox(), dispatch, lease=1.0, poll_interval=0.02) for s in stores]
     for w in workers:
         w.start()
     try:
