@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,11 +44,15 @@ class PollingIngress:
         bot_id: the bot polled.
         limit: updates per batch (1–100, Bot API ``getUpdates``).
         poll_timeout: seconds of long polling per call.
-        error_delay: seconds to wait after a failed fetch or store outage.
+        error_delay: seconds to wait after the first failed fetch or store outage; the
+            wait doubles with each further failure in a row, up to ``error_delay_max``.
+        error_delay_max: seconds, the longest wait between failed polls.
+        error_log_interval: seconds between the "still failing" lines while failures
+            go on (one line when they start, one when a poll succeeds again).
         on_admitted: called after a batch admitted anything (e.g. ``worker.notify``).
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
-            :class:`~telegram_idem.inbox.entries.Ordering`.
+            :class:`~telegram_idem.ordering.Ordering`.
     """
 
     def __init__(
@@ -59,6 +64,8 @@ class PollingIngress:
         limit: int = 100,
         poll_timeout: float = 25.0,
         error_delay: float = 1.0,
+        error_delay_max: float = 30.0,
+        error_log_interval: float = 60.0,
         on_admitted: Callable[[], None] | None = None,
         ordering: Ordering | None = None,
     ) -> None:
@@ -69,6 +76,12 @@ class PollingIngress:
         self.limit = limit
         self.poll_timeout = poll_timeout
         self.error_delay = error_delay
+        self.error_delay_max = error_delay_max
+        self.error_log_interval = error_log_interval
+        self.failing_since: float | None = None
+        """When the current run of failed polls began (``time.time()``), or ``None``."""
+        self._failures = 0
+        self._last_failure_log = 0.0
         self.on_admitted = on_admitted
         self.ordering = ordering
         self.offset: int | None = None
@@ -144,8 +157,10 @@ class PollingIngress:
         fetched but not admitted is sent again at the next poll. A batch that has
         arrived when ``stop`` is set is still admitted before ``run`` returns.
 
-        A failed fetch (logged at WARNING as ``getUpdates failed``) or a store outage
-        (the batch not admitted, offset kept) is retried after ``error_delay`` seconds.
+        A failed fetch or a store outage (the batch not admitted, offset kept) is retried
+        with backoff (``error_delay`` doubling to ``error_delay_max``), logged once when
+        failures start, once per ``error_log_interval`` while they go on, and once when a
+        poll succeeds again.
         Cancelling ``run`` cancels the poll in flight too.
         """
         stopping = asyncio.ensure_future(stop.wait())
@@ -158,12 +173,14 @@ class PollingIngress:
                     return  # stopped mid-poll: the finally clause cancels the fetch
                 try:
                     await self._admit(fetch.result())
-                except StoreError:
-                    log.warning("store outage: batch not admitted; offset kept", exc_info=True)
+                except StoreError as exc:
+                    self._failed(f"store outage: batch not admitted, offset kept: {exc}")
                     await self._pause(stopping)
-                except Exception:
-                    log.warning("getUpdates failed", exc_info=True)
+                except Exception as exc:
+                    self._failed(f"getUpdates failed: {type(exc).__name__}: {exc}")
                     await self._pause(stopping)
+                else:
+                    self._recovered()
         finally:
             stopping.cancel()
             if fetch is not None and not fetch.done():
@@ -172,9 +189,41 @@ class PollingIngress:
                 if not fetch.cancelled():
                     fetch.exception()  # ended otherwise: a batch not admitted, fetched again
 
+    def _failed(self, what: str) -> None:
+        """Count a failed poll; log when failures start and once per interval after."""
+        self._failures += 1
+        now = time.time()
+        if self.failing_since is None:
+            self.failing_since = now
+            self._last_failure_log = now
+            log.warning("%s (retrying with backoff)", what)
+        elif now - self._last_failure_log >= self.error_log_interval:
+            self._last_failure_log = now
+            log.warning(
+                "still failing since %s (%d polls): %s",
+                time.strftime("%H:%M:%S", time.localtime(self.failing_since)),
+                self._failures,
+                what,
+            )
+
+    def _recovered(self) -> None:
+        if self.failing_since is not None:
+            log.warning(
+                "polling works again after %.1f s (%d failed polls)",
+                time.time() - self.failing_since,
+                self._failures,
+            )
+        self.failing_since = None
+        self._failures = 0
+
+    def retry_delay(self) -> float:
+        """Seconds to wait after the current run of failed polls."""
+        exponent = max(self._failures - 1, 0)
+        return float(min(self.error_delay * 2.0 ** min(exponent, 30), self.error_delay_max))
+
     async def _pause(self, stopping: asyncio.Future[Any]) -> None:
-        """Wait ``error_delay`` seconds, or less if ``stop`` is set meanwhile."""
-        await asyncio.wait({stopping}, timeout=self.error_delay)
+        """Wait :meth:`retry_delay` seconds, or less if ``stop`` is set meanwhile."""
+        await asyncio.wait({stopping}, timeout=self.retry_delay())
 
 
 def _update_id(item: object) -> int | None:

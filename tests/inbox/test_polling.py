@@ -4,6 +4,7 @@ ends as soon as ``stop`` is set, and nothing fetched is lost by stopping."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,40 @@ async def test_cancelling_run_cancels_the_poll_in_flight(idem: Idem) -> None:
     with pytest.raises(asyncio.CancelledError):
         await running
     assert polls == ["started", "cancelled"]  # no poll left running behind the caller
+
+
+async def test_failed_polls_back_off_and_log_once_per_run_of_failures(
+    idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fetch that keeps failing is retried with a growing delay, logged when failures
+    start and when polling works again: not a traceback per poll."""
+    calls: list[float] = []
+    failing = {"on": True}
+    update = UpdateFactory().message("hi")
+
+    async def get_updates(offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:
+        calls.append(asyncio.get_running_loop().time())
+        if failing["on"]:
+            raise ConnectionError("network is down")
+        return [] if offset else [update]
+
+    ingress = PollingIngress(
+        idem, get_updates, bot_id=BOT, poll_timeout=0, error_delay=0.02, error_delay_max=0.16
+    )
+    stop = asyncio.Event()
+    caplog.set_level("WARNING", logger="telegram_idem.ingress")
+    task = asyncio.create_task(ingress.run(stop))
+    await until(lambda: len(calls) >= 6)
+    delays = [b - a for a, b in itertools.pairwise(calls)][:5]
+    assert delays[-1] > delays[0] * 3  # the wait grows: 0.02, 0.04, 0.08, 0.16, 0.16
+    assert ingress.failing_since is not None
+    failing["on"] = False
+    await until(lambda: ingress.admitted == 1)
+    stop.set()
+    async with asyncio.timeout(BOUND):
+        await task
+    messages = [r.getMessage() for r in caplog.records if r.name == "telegram_idem.ingress"]
+    assert sum("getUpdates failed" in m for m in messages) == 1  # not one per poll
+    assert sum("polling works again" in m for m in messages) == 1
+    assert not any(r.exc_info for r in caplog.records)  # no traceback flood
+    assert ingress.failing_since is None
