@@ -32,15 +32,16 @@ import asyncio
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError, StoreError
 from telegram_idem.inbox.base import Inbox, InboxEntry
 from telegram_idem.inbox.entries import decode_payload
 
-__all__ = ["DEFAULT_PERMANENT_ERRORS", "Dispatch", "InboxWorker"]
+__all__ = ["DEFAULT_PERMANENT_ERRORS", "Dispatch", "InboxWorker", "retry_after_of"]
 
 log = logging.getLogger("telegram_idem.worker")
 
@@ -220,7 +221,12 @@ class InboxWorker:
                 await self._failed(entry, error, permanent=False)
             else:
                 error = f"{type(exc).__name__}: {exc}"
-                await self._failed(entry, error, permanent=isinstance(exc, self.permanent_errors))
+                await self._failed(
+                    entry,
+                    error,
+                    permanent=isinstance(exc, self.permanent_errors),
+                    retry_after=retry_after_of(exc),
+                )
             return
         finally:
             beating.cancel()
@@ -231,7 +237,9 @@ class InboxWorker:
         if not await self.inbox.ack(entry):
             log.warning("entry %s finished after its lease was taken over", entry.id)
 
-    async def _failed(self, entry: InboxEntry, error: str, *, permanent: bool) -> None:
+    async def _failed(
+        self, entry: InboxEntry, error: str, *, permanent: bool, retry_after: float | None = None
+    ) -> None:
         if permanent:
             log.error("entry %s dead-lettered at once (cannot succeed): %s", entry.id, error)
             await self.inbox.bury(entry, error=error)
@@ -242,6 +250,8 @@ class InboxWorker:
             await self.inbox.bury(entry, error=error)
         else:
             delay = self.backoff(entry.attempts)
+            if retry_after is not None and retry_after > delay:
+                delay = retry_after  # Telegram's flood control: no earlier retry is served
             log.warning(
                 "entry %s failed (attempt %d), retry in %.1f s: %s",
                 entry.id,
@@ -365,3 +375,28 @@ class InboxWorker:
 
 def _when(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """Seconds Telegram asked to wait before the next call, if ``exc`` (or an exception it
+    was raised from) is a flood-control answer: an HTTP 429 whose
+    ``parameters.retry_after`` the framework exposes as ``retry_after`` (aiogram's
+    ``TelegramRetryAfter``: int seconds; python-telegram-bot's ``RetryAfter``: int
+    seconds or a ``timedelta``). Bot API, "Making requests": ``ResponseParameters``.
+
+    Returns:
+        The seconds to wait (≥ 0), or ``None`` if no flood-control answer is found.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        with warnings.catch_warnings():  # PTB 22.2+ warns that the int form will go
+            warnings.simplefilter("ignore")
+            value = getattr(current, "retry_after", None)
+        if isinstance(value, timedelta):
+            return max(value.total_seconds(), 0.0)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return max(float(value), 0.0)
+        current = current.__cause__ or current.__context__
+    return None
