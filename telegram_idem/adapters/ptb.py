@@ -20,6 +20,11 @@ progress elsewhere is waited for about one lease and taken over if its holder di
 ordering rule every ingress shape shares (:mod:`telegram_idem.ordering`: callback queries
 in a lane of their own, so a tap is answered while a long job of its chat runs).
 
+PTB's own polling (``run_polling``) confirms a batch with its next ``getUpdates`` at
+once, so a crash mid-handler loses the updates in flight; the durable shape is the inbox
+below. A run past ``handler_timeout`` (default 900 s) is cancelled and its claim released,
+so a hung handler never freezes its chat.
+
 **The webhook**: PTB's own ``run_webhook`` answers ``200`` before anything is claimed, so
 a store outage loses the update. Serve :func:`ptb_webhook` (aiohttp) instead, which
 answers 503 until the update is claimed::
@@ -72,7 +77,11 @@ from telegram_idem.adapters.ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.adapters.ptb_processor import TAKEOVER_MARGIN, IdempotentUpdateProcessor
+from telegram_idem.adapters.ptb_processor import (
+    DEFAULT_HANDLER_TIMEOUT,
+    TAKEOVER_MARGIN,
+    IdempotentUpdateProcessor,
+)
 from telegram_idem.adapters.ptb_webhook import ptb_webhook, ptb_webhook_app
 from telegram_idem.context import UpdateContext, bind_update, current_update
 from telegram_idem.decorator import FingerprintSource
@@ -83,6 +92,7 @@ from telegram_idem.keys import KeySource
 from telegram_idem.updates import bot_id_from_token
 
 __all__ = [
+    "DEFAULT_HANDLER_TIMEOUT",
     "IDEM_KEY",
     "TAKEOVER_MARGIN",
     "IdempotentUpdateProcessor",
