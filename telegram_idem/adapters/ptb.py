@@ -20,6 +20,11 @@ progress elsewhere is waited for about one lease and taken over if its holder di
 ordering rule every ingress shape shares (:mod:`telegram_idem.ordering`: callback queries
 in a lane of their own, so a tap is answered while a long job of its chat runs).
 
+PTB's own polling (``run_polling``) confirms a batch with its next ``getUpdates`` at
+once, so a crash mid-handler loses the updates in flight; the durable shape is the inbox
+below. A run past ``handler_timeout`` (default 900 s) is cancelled and its claim released,
+so a hung handler never freezes its chat.
+
 **The webhook**: PTB's own ``run_webhook`` answers ``200`` before anything is claimed, so
 a store outage loses the update. Serve :func:`ptb_webhook` (aiohttp) instead, which
 answers 503 until the update is claimed::
@@ -54,10 +59,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from telegram import Bot, Update
+from telegram.warnings import PTBUserWarning
 
 from telegram_idem.adapters.ptb_common import (
     IDEM_KEY,
@@ -70,17 +77,22 @@ from telegram_idem.adapters.ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.adapters.ptb_processor import TAKEOVER_MARGIN, IdempotentUpdateProcessor
+from telegram_idem.adapters.ptb_processor import (
+    DEFAULT_HANDLER_TIMEOUT,
+    TAKEOVER_MARGIN,
+    IdempotentUpdateProcessor,
+)
 from telegram_idem.adapters.ptb_webhook import ptb_webhook, ptb_webhook_app
 from telegram_idem.context import UpdateContext, bind_update, current_update
 from telegram_idem.decorator import FingerprintSource
 from telegram_idem.decorator import idempotent as _idempotent
-from telegram_idem.errors import ConfigurationError
+from telegram_idem.errors import ConfigurationError, PermanentUpdateError
 from telegram_idem.guard import ErrorPolicy, Idem, InProgressPolicy
 from telegram_idem.keys import KeySource
 from telegram_idem.updates import bot_id_from_token
 
 __all__ = [
+    "DEFAULT_HANDLER_TIMEOUT",
     "IDEM_KEY",
     "TAKEOVER_MARGIN",
     "IdempotentUpdateProcessor",
@@ -223,6 +235,8 @@ def inbox_dispatch(
         bot_id: the bot's id (default: from ``application.bot.token``).
 
     Raises (from the returned coroutine function):
+        PermanentUpdateError: PTB cannot parse the update (``Update.de_json`` raised); the
+            worker dead-letters the entry at once, no retry can parse it.
         Exception: the handler's exception, re-raised after PTB's error handlers ran.
     """
     register_guard(application, idem)
@@ -239,11 +253,18 @@ def inbox_dispatch(
     application.error_handlers.update(others)
 
     async def dispatch(update: dict[str, Any]) -> None:
+        try:
+            parsed = Update.de_json(update, application.bot)
+        except Exception as exc:
+            raise PermanentUpdateError(
+                f"python-telegram-bot cannot parse update {update.get('update_id')}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         run = Run()
         reset = RUN.set(run)
         try:
             with bind_update(update, bot_id=bot, idem=idem):
-                await application.process_update(Update.de_json(update, application.bot))
+                await application.process_update(parsed)
         finally:
             run.finished = True
             RUN.reset(reset)
@@ -259,22 +280,48 @@ def inbox_dispatch(
 def ptb_get_updates(
     bot: Bot,
 ) -> Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]:
-    """``getUpdates`` through a PTB ``Bot``, as Bot API dicts (:func:`update_to_dict`), for
+    """``getUpdates`` through a PTB ``Bot``, as the Bot API JSON Telegram sent, for
     :class:`~telegram_idem.ingress.polling.PollingIngress`.
+
+    The updates are fetched raw (``Bot.do_api_request("getUpdates", return_type=None)``),
+    not parsed by PTB: ``Bot.get_updates`` parses the whole batch, so one update PTB cannot
+    parse would fail every fetch, the offset would never move and polling would stop for
+    good. Raw, such an update is admitted like any other and :func:`inbox_dispatch`
+    dead-letters it at its first take (``PermanentUpdateError``), while the rest of the
+    batch runs. The request goes through the bot's ``getUpdates`` connection pool (the
+    ``get_updates_request`` of ``ApplicationBuilder``), as PTB's own polling does; PTB's
+    hint to use ``Bot.getUpdates`` for it is silenced.
 
     Call ``await bot.initialize()`` first (``Application.initialize`` does it). The
     webhook must be deleted first: Telegram refuses ``getUpdates`` while one is set (Bot
     API, ``getUpdates``).
 
     Returns:
-        ``get_updates(offset, limit, timeout_seconds)``; it raises what
-        ``Bot.get_updates`` raises (``telegram.error.TelegramError`` and subclasses).
+        ``get_updates(offset, limit, timeout_seconds)``, giving the batch's update dicts
+        (Bot API, "Update"); it raises what ``Bot.do_api_request`` raises
+        (``telegram.error.TelegramError`` and subclasses), and ``TypeError`` when the
+        result is not a list.
     """
+    _silence_get_updates_hint()
 
     async def get_updates(offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:
-        updates = await bot.get_updates(
-            offset=offset, limit=limit, timeout=int(wait), read_timeout=wait + 10
+        params: dict[str, Any] = {"limit": limit, "timeout": int(wait)}
+        if offset is not None:
+            params["offset"] = offset
+        result = await bot.do_api_request(
+            "getUpdates", api_kwargs=params, return_type=None, read_timeout=wait + 10
         )
-        return [update_to_dict(u) for u in updates]
+        if not isinstance(result, list):
+            raise TypeError(f"getUpdates answered {type(result).__name__}, not a list")
+        return result
 
     return get_updates
+
+
+def _silence_get_updates_hint() -> None:
+    """``do_api_request("getUpdates")`` warns "Please use 'Bot.getUpdates'"; the raw call
+    is deliberate here (the endpoint name must stay ``getUpdates`` so PTB picks its
+    polling connection pool)."""
+    warnings.filterwarnings(
+        "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
+    )

@@ -37,7 +37,11 @@ from telegram_idem.ordering import DEFAULT_ORDERING, Ordering
 from telegram_idem.records import Claim
 from telegram_idem.updates import bot_id_from_token
 
-__all__ = ["TAKEOVER_MARGIN", "IdempotentUpdateProcessor"]
+__all__ = ["DEFAULT_HANDLER_TIMEOUT", "TAKEOVER_MARGIN", "IdempotentUpdateProcessor"]
+
+DEFAULT_HANDLER_TIMEOUT = 900.0
+"""Seconds an update's handlers may run before they are cancelled (15 minutes): generous
+for a long job, but a handler that awaits forever no longer freezes its chat."""
 
 TAKEOVER_MARGIN = 2.0
 """Seconds added to the lease for the default ``in_progress_wait``: a dead holder's lease
@@ -46,6 +50,10 @@ has ended by then even if it was renewed just before the holder died."""
 
 class _HandlerFailed(Exception):
     """A handler raised (PTB gave the error to the error handlers): release the claim."""
+
+
+class _HandlerTimedOut(Exception):
+    """The handlers ran past ``handler_timeout`` and were cancelled: release the claim."""
 
 
 class IdempotentUpdateProcessor(BaseUpdateProcessor):
@@ -97,12 +105,26 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
     Behind PTB's own webhook server (``run_webhook``) the update was answered ``200``
     before it reached the processor, so a store outage loses it: the processor logs a
     WARNING on its first update there. Use :func:`~telegram_idem.adapters.ptb.ptb_webhook`.
+    Under PTB's own polling (``run_polling``) each batch is confirmed by the next
+    ``getUpdates`` within milliseconds of its fetch (Bot API, ``getUpdates``), so a crash
+    mid-handler loses the updates in flight (their guard records stay in progress until
+    the lease ends, and nothing re-reads them): the processor logs a WARNING on its first
+    update there. For updates that survive a crash use the durable inbox
+    (:class:`~telegram_idem.ingress.polling.PollingIngress` +
+    :func:`~telegram_idem.adapters.ptb.ptb_get_updates` +
+    :class:`~telegram_idem.inbox.worker.InboxWorker`).
+
+    A run longer than ``handler_timeout`` seconds is cancelled (its handlers get a
+    ``CancelledError`` at their current ``await``), its claim released (so a re-delivery
+    or a takeover may run the update again), an ERROR logged and a ``TimeoutError`` given
+    to the error handlers; the next update of its ordering unit then runs.
 
     Args:
         idem: the guard (the caller owns it: :meth:`shutdown` does not close it).
         max_concurrent_updates: updates processed at once (≥ 1; ``ValueError`` otherwise).
-        on_store_error: ``"fail_closed"`` (default): the update is not processed, an
-            ERROR is logged and the :class:`StoreError` is given to the error handlers.
+        on_store_error: ``"fail_closed"`` (default): the update keeps trying its claim
+            for ``outage_wait`` seconds, then is not processed, an ERROR is logged and the
+            :class:`StoreError` is given to the error handlers.
             With PTB's own polling or webhook server the update is acknowledged to
             Telegram regardless, so it is lost (``ptb_webhook`` answers 503 instead).
             ``"fail_open"``: processed unguarded, ERROR logged.
@@ -118,11 +140,16 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             through a store outage before the ``StoreError`` is reported (default
             :data:`~telegram_idem.admission.DEFAULT_OUTAGE_WAIT`, 300 s): an update that
             reached the processor was already acknowledged to Telegram (polling, PTB's
-            webhook server), so this process holds its only copy.
+            webhook server), so this process holds its only copy; the ERROR logged when it
+            gives up says the update is LOST.
+        handler_timeout: seconds one update's handlers may run (default
+            :data:`DEFAULT_HANDLER_TIMEOUT`, 900 s); ``None``: no timeout (a handler that
+            never returns then holds its ordering unit, and ``application.stop()``, for
+            good). Does not cover ``block=False`` handlers.
 
     Raises:
-        ValueError: ``max_concurrent_updates`` < 1, or ``in_progress_wait`` or
-            ``outage_wait`` < 0.
+        ValueError: ``max_concurrent_updates`` < 1, ``in_progress_wait`` or
+            ``outage_wait`` < 0, or ``handler_timeout`` not > 0 (and not ``None``).
         ConfigurationError: ``ordering`` given together with ``ordered=False``.
     """
 
@@ -135,6 +162,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         "_order",
         "_places",
         "bot_id",
+        "handler_timeout",
         "idem",
         "in_progress_wait",
         "on_store_error",
@@ -154,6 +182,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         ordering: Ordering | None = None,
         in_progress_wait: float | None = None,
         outage_wait: float | None = None,
+        handler_timeout: float | None = DEFAULT_HANDLER_TIMEOUT,
     ) -> None:
         self._limit = max_concurrent_updates
         super().__init__(max_concurrent_updates)
@@ -163,6 +192,8 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         outage = DEFAULT_OUTAGE_WAIT if outage_wait is None else outage_wait
         if outage < 0:
             raise ValueError("outage_wait must be >= 0 seconds")
+        if handler_timeout is not None and not handler_timeout > 0:
+            raise ValueError("handler_timeout must be > 0 seconds, or None for no timeout")
         if ordering is not None and not ordered:
             raise ConfigurationError(
                 "ordering= was given with ordered=False, which turns ordering off: drop one"
@@ -174,6 +205,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         self.ordering: Ordering | None = (ordering or DEFAULT_ORDERING) if ordered else None
         self.in_progress_wait = wait
         self.outage_wait = outage if on_store_error == "fail_closed" else 0.0
+        self.handler_timeout = handler_timeout
         self._places = asyncio.Semaphore(max_concurrent_updates)
         self._busy = 0
         self._order = KeyedLocks()
@@ -243,6 +275,15 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
                 "(run_webhook / start_webhook), which answers Telegram 200 before the "
                 "update is claimed: a store outage or a failed update is then lost. Serve "
                 "telegram_idem.adapters.ptb.ptb_webhook instead (see docs/deploy-ptb.md)."
+            )
+        elif updater is not None and updater.running:
+            log.warning(
+                "IdempotentUpdateProcessor runs under PTB's own polling (run_polling / "
+                "start_polling), which confirms each batch to Telegram with its next "
+                "getUpdates within milliseconds: if the process dies mid-handler, the "
+                "updates in flight are lost (no re-read), and a store outage longer than "
+                "outage_wait loses the update too. For updates that survive a crash, use "
+                "PollingIngress + ptb_get_updates + InboxWorker (see docs/deploy-ptb.md)."
             )
 
     def _bot_id(self, update: Update, application: AnyApplication | None) -> int:
@@ -333,7 +374,14 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
                 return
             close_unrun(coroutine)
             log.error(
-                "store outage: update %s not processed (fail_closed): %s", update.update_id, exc
+                "store outage: update %s LOST: not processed (fail_closed) after trying its "
+                "claim for %s s; PTB had already confirmed it to Telegram, which will not "
+                "re-send it: %s. For updates that survive a store outage use ptb_webhook "
+                "(answers 503) or the durable inbox (PollingIngress + ptb_get_updates + "
+                "InboxWorker)",
+                update.update_id,
+                self.outage_wait,
+                exc,
             )
             await self._report(application, update, exc)
             return
@@ -359,7 +407,14 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         run = Run()
 
         async def call() -> None:
-            await coroutine
+            limit = asyncio.timeout(self.handler_timeout)
+            try:
+                async with limit:
+                    await coroutine
+            except TimeoutError as exc:
+                if limit.expired():  # ours, not a TimeoutError raised inside PTB
+                    raise _HandlerTimedOut() from exc
+                raise
             run.ran = True
             if run.error is not None:
                 raise _HandlerFailed(repr(run.error)) from run.error
@@ -371,6 +426,22 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             log.info(
                 "update %s: a handler raised; claim released so a re-delivery runs it again",
                 update.update_id,
+            )
+        except _HandlerTimedOut:
+            log.error(
+                "update %s: its handlers ran longer than handler_timeout=%s s and were "
+                "cancelled; claim released (a re-delivery or a takeover may run it again), "
+                "its chat moves on",
+                update.update_id,
+                self.handler_timeout,
+            )
+            await self._report(
+                application,
+                update,
+                TimeoutError(
+                    f"update {update.update_id}: handlers cancelled after "
+                    f"handler_timeout={self.handler_timeout} s"
+                ),
             )
         except UpdateInProgressError as exc:
             close_unrun(coroutine)

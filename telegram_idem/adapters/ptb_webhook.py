@@ -12,7 +12,9 @@ claim.
 |---------------------------------------------------|-------------------------------------|
 | secret header missing or wrong                    | 401                                 |
 | body over ``max_body`` bytes                      | 413                                 |
-| not JSON, no integer ``update_id``, PTB cannot parse it | 400                           |
+| body not complete within ``read_timeout`` seconds | 408                                 |
+| not JSON, or no integer ``update_id``             | 400: not an update, nothing recorded |
+| integer ``update_id``, PTB cannot parse it        | 200; the claim stored as a failure with the parse error, logged ERROR on ``telegram_idem.webhook`` (503 during a store outage, so it is recorded later) |
 | the application is not running                    | 503 (re-sent later)                 |
 | update of a type this version does not know       | 200, queued untouched (unguarded)   |
 | new update (``RUN``)                              | 200 once claimed; processed from the queue |
@@ -30,8 +32,10 @@ crash, admit them to the durable inbox instead
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from telegram import Update
@@ -72,6 +76,25 @@ def _processor(application: AnyApplication, idem: Idem) -> IdempotentUpdateProce
     return processor
 
 
+def _bot_id(
+    processor: IdempotentUpdateProcessor, application: AnyApplication, given: int | None
+) -> int:
+    """The bot id the processor keys its updates by; the webhook must claim the same keys
+    (it hands its claims over to the processor by ``(bot_id, update_id)``)."""
+    own = (
+        processor.bot_id
+        if processor.bot_id is not None
+        else bot_id_from_token(application.bot.token)
+    )
+    if given is not None and given != own:
+        raise ConfigurationError(
+            f"ptb_webhook got bot_id={given}, but the application's IdempotentUpdateProcessor "
+            f"keys its updates by bot id {own}: pass bot_id= to the processor (the webhook "
+            "then takes it from there)"
+        )
+    return own
+
+
 def ptb_webhook(
     application: AnyApplication,
     idem: Idem,
@@ -100,21 +123,22 @@ def ptb_webhook(
             logged now (anyone who finds the URL can then forge updates).
         max_body: largest body accepted, bytes.
         read_timeout: seconds a request body may take to arrive (then 408).
-        bot_id: the bot's id (default: the number before ``:`` in the application's token).
+        bot_id: the bot's id; it must be the processor's (default: the processor's
+            ``bot_id``, else the number before ``:`` in the application's token).
 
     Returns:
         The request handler; it raises ``aiohttp.web.HTTPException`` for the non-200 rows.
 
     Raises:
         ConfigurationError: the application has no ``IdempotentUpdateProcessor`` over
-            ``idem``; ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``);
+            ``idem``; ``bot_id`` differs from the processor's; ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``);
             ``secret_token=None`` without ``allow_unauthenticated=True``, or both given.
     """
     processor = _processor(application, idem)
     secret = secret_check(
         secret_token, allow_unauthenticated=allow_unauthenticated, where="ptb_webhook"
     )
-    bot = bot_id if bot_id is not None else bot_id_from_token(application.bot.token)
+    bot = _bot_id(processor, application, bot_id)
     processor.attach(application)
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -124,8 +148,7 @@ def ptb_webhook(
         try:
             update = Update.de_json(raw, application.bot)
         except Exception as exc:
-            log.error("update %s does not parse: %r", raw.get("update_id"), exc)
-            raise web.HTTPBadRequest(text="update does not parse") from None
+            return await _unparseable(raw, exc)
         if not application.running:
             raise web.HTTPServiceUnavailable(text="application not running")
         if not is_known(raw):
@@ -149,6 +172,42 @@ def ptb_webhook(
         await application.update_queue.put(update)
         return web.Response(text="ok")
 
+    async def _unparseable(raw: dict[str, Any], problem: Exception) -> web.Response:
+        """Acknowledge an update PTB cannot parse (a re-send could never parse either) and
+        record it where an operator sees it: its claim stored as a failure."""
+        uid = raw["update_id"]
+        try:
+            claim = await idem.admit_update(raw, bot_id=bot, wait=0)
+        except StoreError as exc:
+            log.warning(
+                "store outage: update %s (PTB cannot parse it) refused with 503: %s", uid, exc
+            )
+            raise web.HTTPServiceUnavailable(text="store unavailable") from None
+        verdict = verdict_for(claim.outcome)
+        if verdict is Verdict.NOT_YET:
+            return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
+        if verdict is Verdict.DUPLICATE:
+            return web.Response(text="duplicate")
+        log.error(
+            "update %s does not parse; acknowledged and not processed: %s: %s",
+            uid,
+            type(problem).__name__,
+            problem,
+        )
+        error = json.dumps(
+            {
+                "type": type(problem).__name__,
+                "message": f"python-telegram-bot cannot parse it: {problem}",
+            }
+        ).encode()
+        try:
+            await idem.store.fail(
+                claim.record.key, claim.token, error, retention=idem.update_retention
+            )
+        except StoreError:
+            log.warning("could not store the parse failure of update %s", uid, exc_info=True)
+        return web.Response(text="update does not parse; recorded as failed")
+
     return handle
 
 
@@ -160,11 +219,23 @@ def ptb_webhook_app(
     allow_unauthenticated: bool = False,
     path: str = "/webhook",
     max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    bot_id: int | None = None,
 ) -> web.Application:
     """An aiohttp application serving :func:`ptb_webhook` at ``path`` that initialises and
-    starts ``application`` on start-up, and stops and shuts it down on clean-up (after the
-    queued updates were processed). Serve it with ``aiohttp.web.run_app(web_app,
-    port=8443)``; call ``setWebhook`` yourself (e.g. in the application's ``post_init``).
+    starts ``application`` on start-up (then its ``post_init``), and stops and shuts it down
+    on clean-up (after the queued updates were processed; then ``post_stop`` and
+    ``post_shutdown``). Serve it with ``aiohttp.web.run_app(web_app, port=8443)``; call
+    ``setWebhook`` yourself (e.g. in the application's ``post_init``).
+
+    Args:
+        application, idem, secret_token, allow_unauthenticated, max_body, read_timeout,
+        bot_id: passed to :func:`ptb_webhook` (``max_body`` in bytes, ``read_timeout`` in
+            seconds).
+        path: the URL path served (POST only).
+
+    Returns:
+        The aiohttp application.
 
     Raises:
         ConfigurationError: as :func:`ptb_webhook`.
@@ -175,6 +246,8 @@ def ptb_webhook_app(
         secret_token=secret_token,
         allow_unauthenticated=allow_unauthenticated,
         max_body=max_body,
+        read_timeout=read_timeout,
+        bot_id=bot_id,
     )
     web_app = web.Application()
     web_app.router.add_post(path, handler)

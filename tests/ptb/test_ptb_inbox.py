@@ -104,3 +104,42 @@ async def test_polling_into_the_inbox_through_a_ptb_bot_duplicates_nothing(idem:
             await app.shutdown()
     assert sorted(seen) == sorted(load_fixture(n)["update_id"] for n in names)
     assert await inbox.dead_letters() == []
+
+
+async def test_an_update_ptb_cannot_parse_is_a_dead_letter_and_polling_goes_on(
+    idem: Idem,
+) -> None:
+    """``Bot.get_updates`` parses the whole batch: one update PTB cannot parse (a message
+    without ``date``) failed every fetch and the offset never moved. Fetched raw, it is
+    admitted, dead-lettered at its first take, and the valid update after it runs."""
+    seen: list[int] = []
+
+    async def on_any(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        seen.append(update.update_id)
+
+    valid = load_fixture("techpost_command")
+    async with FakeBotAPI(long_poll_cap=0.05) as api:
+        app: Any = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+        app.add_handler(TypeHandler(Update, on_any))
+        await app.initialize()
+        try:
+            api.queue_update({"update_id": 9001, "message": {"text": "\ud800"}})
+            api.queue_update({**valid, "update_id": 9002})
+            ingress = PollingIngress(idem, ptb.ptb_get_updates(app.bot), bot_id=BOT, poll_timeout=0)
+            assert await ingress.poll_once() == 2
+            assert ingress.offset == 9003
+            assert await ingress.poll_once() == 0  # the offset confirmed both
+            inbox = idem.store.inbox()
+            worker = InboxWorker(
+                inbox, ptb.inbox_dispatch(app, idem), backoff_base=0.01, poll_interval=0.01
+            )
+            worker.start()
+            await worker.drain(limit=30)
+            await worker.stop()
+        finally:
+            await app.shutdown()
+    assert seen == [9002]
+    dead = await inbox.dead_letters()
+    assert [d.id for d in dead] == [idem.keys.update(BOT, 9001)]
+    assert dead[0].attempts == 1  # at once: no retry can parse it
+    assert "cannot parse" in (dead[0].last_error or "")

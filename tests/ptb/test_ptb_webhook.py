@@ -8,6 +8,7 @@ claim. Real ``Application``, real HTTP on loopback.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -118,6 +119,76 @@ async def test_in_progress_elsewhere_is_503_until_the_dead_holders_lease_ends(
     assert report.statuses[0] == 503
     assert report.statuses[-1] == 200
     assert runs == [update["update_id"]]
+
+
+async def test_an_update_ptb_cannot_parse_is_acknowledged_and_recorded_as_failed(
+    api: FakeBotAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 400 made Telegram re-send a payload that can never parse for 24 h, and nothing was
+    stored. Now: 200, the claim stored as a failure with the parse error, logged ERROR; a
+    re-send is a duplicate."""
+    idem = Idem(f"sqlite:///{tmp_path / 'bot.db'}")
+    runs: list[int] = []
+    app = techpost_app(api, idem, runs)
+    runner, url = await serve(app, idem)
+    bad = {"update_id": 9001, "message": {"text": "hi"}}  # no date: KeyError in PTB
+    try:
+        with caplog.at_level(logging.ERROR, logger="telegram_idem.webhook"):
+            async with TelegramDelivery(url, secret_token=SECRET, max_attempts=1) as tg:
+                first = await tg.deliver(bad)
+                again = await tg.deliver(bad)
+        record = await idem.store.get(idem.keys.update(BOT, 9001))
+    finally:
+        await runner.cleanup()
+        await idem.close()
+    assert (first.statuses, again.statuses) == ([200], [200])
+    assert runs == []
+    assert record is not None and record.status is Status.FAILED
+    assert b"cannot parse" in (record.result or b"")
+    assert any("9001 does not parse" in r.getMessage() for r in caplog.records)
+
+
+async def test_ptb_webhook_app_passes_read_timeout_and_bot_id(api: FakeBotAPI) -> None:
+    """``ptb_webhook_app`` took neither: a body that never finishes held the request open
+    for the default 10 s, and the guard keys always used the token's bot id. A bot id the
+    processor does not use is refused (the claim would never reach the processor)."""
+    idem = Idem("memory://")
+    runs: list[int] = []
+
+    async def techpost(update: Update, context: Ctx) -> None:
+        runs.append(update.update_id)
+
+    with pytest.raises(ConfigurationError, match="bot_id=42"):
+        ptb_webhook_app(techpost_app(api, idem, []), idem, secret_token=SECRET, bot_id=42)
+    app = build(api, idem, bot_id=42)
+    app.add_handler(CommandHandler("techpost", techpost))
+    web_app = ptb_webhook_app(app, idem, secret_token=SECRET, read_timeout=0.3, bot_id=42)
+    runner, base = await serve_app(web_app)
+    host, port = base.removeprefix("http://").split("/")[0].split(":")
+    update = load_fixture("techpost_command")
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(
+                b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"X-Telegram-Bot-Api-Secret-Token: " + SECRET.encode() + b"\r\n"
+                b"Content-Length: 1000\r\n\r\n" + b'{"update_id": 1, "mess'
+            )
+            await writer.drain()  # ... and the rest never comes
+            async with asyncio.timeout(5):  # bounded: the server must answer on its own
+                status_line = await reader.readline()
+        finally:
+            writer.close()
+        async with TelegramDelivery(f"{base}/webhook", secret_token=SECRET, max_attempts=1) as tg:
+            report = await tg.deliver(update)
+        await app.update_queue.join()
+        record = await idem.store.get(idem.keys.update(42, update["update_id"]))
+    finally:
+        await runner.cleanup()
+        await idem.close()
+    assert status_line.split()[1] == b"408"
+    assert report.statuses == [200] and runs == [update["update_id"]]
+    assert record is not None and record.status is Status.COMPLETED
 
 
 async def test_ptb_webhook_needs_the_idempotent_processor(api: FakeBotAPI) -> None:
