@@ -278,6 +278,42 @@ class Idem:
             log.error("update %s finished after its lease was taken over", key)
         return True, result
 
+    async def fail_update(self, claim: Claim, problem: BaseException, *, source: str) -> bool:
+        """Record that the claimed update cannot be processed (the framework cannot parse
+        it): the claim is stored as a failure carrying ``problem``, where an operator sees
+        it (``store.get(key)``), and logged at ERROR. A webhook then acknowledges the
+        update (200): a re-send could never parse either, and Telegram would re-send it
+        for 24 h (see :mod:`telegram_idem.admission`).
+
+        Args:
+            claim: the acquired update guard claim.
+            problem: why it cannot be processed.
+            source: who could not process it, for the record (``"aiogram"``, …).
+
+        Returns:
+            ``True`` if the failure was stored; ``False`` if the store could not answer
+            or the claim was taken over (logged as a WARNING; the claim then ends with its
+            lease, so a re-send is refused again the same way).
+        """
+        key = claim.record.key
+        log.error(
+            "update %s does not parse in %s; acknowledged, not processed, recorded as failed: %s",
+            key,
+            source,
+            problem,
+        )
+        error = json.dumps(
+            {"type": type(problem).__name__, "message": f"{source} cannot parse it: {problem}"}
+        ).encode()
+        try:
+            stored = await self.store.fail(key, claim.token, error, retention=self.update_retention)
+        except StoreError as exc:
+            log.warning("could not store the failure of update %s: %s", key, exc)
+            return False
+        if not stored:
+            log.warning("could not store the failure of update %s: its claim was taken over", key)
+        return stored
+
     async def _release_quietly(self, key: str, token: int) -> None:
         try:
             await self.store.release(key, token)

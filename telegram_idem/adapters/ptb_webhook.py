@@ -32,7 +32,6 @@ crash, admit them to the durable inbox instead
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -188,24 +187,7 @@ def ptb_webhook(
             return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
         if verdict is Verdict.DUPLICATE:
             return web.Response(text="duplicate")
-        log.error(
-            "update %s does not parse; acknowledged and not processed: %s: %s",
-            uid,
-            type(problem).__name__,
-            problem,
-        )
-        error = json.dumps(
-            {
-                "type": type(problem).__name__,
-                "message": f"python-telegram-bot cannot parse it: {problem}",
-            }
-        ).encode()
-        try:
-            await idem.store.fail(
-                claim.record.key, claim.token, error, retention=idem.update_retention
-            )
-        except StoreError:
-            log.warning("could not store the parse failure of update %s", uid, exc_info=True)
+        await idem.fail_update(claim, problem, source="python-telegram-bot")
         return web.Response(text="update does not parse; recorded as failed")
 
     return handle
