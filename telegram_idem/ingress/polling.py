@@ -33,7 +33,7 @@ from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.inbox.entries import Ordering, new_entry, rejected_entry
-from telegram_idem.ingress.refusals import admission_verdicts
+from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
 from telegram_idem.logs import log_decision
 from telegram_idem.updates import validate_update
 
@@ -138,7 +138,7 @@ class PollingIngress:
         verdicts = await admission_verdicts(self.idem, new_entries, results)
         for (entry, update), verdict in zip(entries, verdicts, strict=True):
             log_decision(
-                boundary="update", key=entry.update_key, decision=verdict.value, update=update
+                boundary="update", key=entry.update_key, decision=DECISIONS[verdict], update=update
             )
         admitted = sum(results)
         self.admitted += admitted

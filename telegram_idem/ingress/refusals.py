@@ -22,7 +22,10 @@ from telegram_idem.guard import Idem
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.inbox.logic import refused_verdict
 
-__all__ = ["admission_verdicts"]
+__all__ = ["DECISIONS", "admission_verdicts"]
+
+DECISIONS = {Verdict.RUN: "admitted", Verdict.DUPLICATE: "duplicate", Verdict.NOT_YET: "not_yet"}
+"""The ``decision`` an inbox admission logs (:mod:`telegram_idem.logs`) for each verdict."""
 
 
 async def admission_verdicts(

@@ -51,7 +51,7 @@ from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.entries import new_entry
 from telegram_idem.inbox.worker import Dispatch
-from telegram_idem.ingress.refusals import admission_verdicts
+from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
 from telegram_idem.logs import log_decision
 from telegram_idem.ordering import Ordering
 from telegram_idem.webhook_secret import SecretTokens, secret_check
@@ -59,8 +59,6 @@ from telegram_idem.webhook_secret import SecretTokens, secret_check
 __all__ = ["WebhookIngress", "new_entry"]
 
 log = logging.getLogger("telegram_idem.ingress")
-
-_DECISIONS = {Verdict.RUN: "admitted", Verdict.DUPLICATE: "duplicate", Verdict.NOT_YET: "not_yet"}
 
 
 class WebhookIngress:
@@ -160,7 +158,7 @@ class WebhookIngress:
         log_decision(
             boundary="update",
             key=entry.update_key,
-            decision=_DECISIONS[verdict],
+            decision=DECISIONS[verdict],
             update=update,
             elapsed_ms=(time.perf_counter() - started) * 1000,
         )
