@@ -22,8 +22,10 @@ Every ingress shape maps a claim's :class:`~telegram_idem.records.Outcome` to a
 | store outage, ``fail_closed``     | —           | 503            | not confirmed (batch re-fetched) |
 
 After the dead holder's lease ends, the next delivery acquires by takeover and runs the
-update once. A durable inbox admits and records an update in one step, so its duplicates
-are always ``DUPLICATE``: the inbox owns the update from its first admission.
+update once. A durable inbox admits and records an update (completed) in one step, so
+from its first admission the inbox owns the update; a refused admission is read back and
+mapped here too, since another shape sharing the store may hold the update in progress
+(:mod:`telegram_idem.ingress.refusals`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 
     telegram-idem migrate STORE_URL
 
-``migrate`` creates what a store needs before its first use, idempotently: for
-``postgresql://…?table_prefix=…`` the records and inbox tables and their indexes; for
+``migrate`` creates what a store needs before its first use, idempotently, and names
+every table it made or found: for ``postgresql://…?table_prefix=…`` the records and
+inbox tables (``<prefix>_records`` and ``<prefix>_inbox``) and their indexes; for
 ``dynamodb://<table>?region=…`` the table (partition key ``pk``, on-demand billing) with
 TTL enabled on ``exp``. Stores that create their own structures (``memory://``,
 ``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store class with a
@@ -42,12 +43,21 @@ async def _migrate(url: str) -> str:
             scheme = url.split(":", 1)[0]
             return f"{scheme}:// creates its own storage on first use: nothing to migrate"
         created = await migrate()
-        table = getattr(store, "table", None)
-        if table is None:
+        tables = _tables_of(store)
+        if not tables:
             return f"migrated {store!r}"
-        return f"{'created' if created is True else 'ready'}: table {table} ({store!r})"
+        state = "created" if created is True else "ready"
+        noun = "table" if len(tables) == 1 else "tables"
+        return f"{state}: {noun} {' and '.join(tables)} ({store!r})"
     finally:
         await store.close()
+
+
+def _tables_of(store: object) -> list[str]:
+    """Every table ``migrate()`` made or found: the store's ``table`` and, for a store
+    with a durable inbox in a table of its own, its ``inbox_table``."""
+    names = [getattr(store, attr, None) for attr in ("table", "inbox_table")]
+    return [name for name in names if isinstance(name, str)]
 
 
 @cli.command()

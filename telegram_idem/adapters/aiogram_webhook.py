@@ -78,6 +78,8 @@ class FastAckWebhook:
             only for demonstrations — Telegram re-sends after ~60 s).
         data: extra keyword data for every ``feed_update`` (like ``SimpleRequestHandler``'s
             ``**data``).
+        where: the name its messages give it (:class:`IdempotentRequestHandler` passes
+            its own, so an error names the class the user built).
 
     Raises:
         ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, or
@@ -97,12 +99,13 @@ class FastAckWebhook:
         on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
         background: bool = True,
         data: dict[str, Any] | None = None,
+        where: str = "FastAckWebhook",
     ) -> None:
         self.dispatcher = dispatcher
         self.bot = bot
         self.idem = idem
         self.secret = secret_check(
-            secret_token, allow_unauthenticated=allow_unauthenticated, where="FastAckWebhook"
+            secret_token, allow_unauthenticated=allow_unauthenticated, where=where
         )
         self.max_body = max_body
         self.read_timeout = read_timeout
@@ -196,10 +199,30 @@ class FastAckWebhook:
                 )
                 raise
             log.exception(
-                "update %s failed after its 200; its claim was released, so only a "
-                "re-delivery runs it again",
+                "update %s failed after its 200 (Telegram does not re-send it); %s",
                 update.update_id,
+                await self._claim_after_failure(extra),
             )
+
+    async def _claim_after_failure(self, extra: dict[str, Any]) -> str:
+        """What became of a failed update's claim, as the store says now.
+
+        The middleware released the claim when the handler raised, or logged that it
+        could not; releasing again with the same token is harmless and tells which.
+        """
+        claim = extra.get(CLAIM)
+        if claim is None:
+            return "it was processed without a claim (unguarded), so nothing holds it"
+        try:
+            released = await self.idem.store.release(claim.record.key, claim.token)
+        except StoreError:
+            return (
+                "its claim could not be released (store unavailable): it frees when its "
+                "lease ends, and only a re-delivery after that runs it again"
+            )
+        if not released:
+            return "its claim is no longer this delivery's (taken over, or completed)"
+        return "its claim is released, so only a re-delivery runs it again"
 
     async def drain(self, limit: float | None = None) -> None:
         """Wait for background work to finish (graceful shutdown), at most ``limit`` s."""
@@ -260,6 +283,7 @@ class IdempotentRequestHandler(SimpleRequestHandler):
             read_timeout=read_timeout,
             on_store_error=on_store_error,
             data=data,
+            where="IdempotentRequestHandler",
         )
         self.shutdown_grace = shutdown_grace
 

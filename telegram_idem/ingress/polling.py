@@ -6,6 +6,14 @@ Telegram keeps an update until a getUpdates call with a higher ``offset`` confir
 crash between fetch and processing loses nothing (the batch is re-fetched), and the
 re-fetched batch duplicates nothing (the update guard knows its ids).
 
+An update in progress elsewhere — another shape sharing the store (``FastAckWebhook``,
+the PTB processor) claimed it and may have died, e.g. the replica this one replaces —
+is never confirmed while that claim's lease lives: the offset stays at it, and each poll
+(``error_delay`` doubling to ``error_delay_max`` apart) retries its admission, which
+takes the claim over once the lease has ended. The updates after it in the batch are
+admitted meanwhile (re-fetched, they are duplicates). A holder that keeps renewing its
+lease past ``not_yet_wait`` is alive: the offset then moves on, logged at ERROR.
+
 One bad item never stalls polling: something in a batch that is not an update, or that
 cannot be encoded, is admitted as a rejected entry
 (:func:`~telegram_idem.inbox.entries.rejected_entry`) that the worker dead-letters at
@@ -20,10 +28,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from telegram_idem.admission import Verdict
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.inbox.entries import Ordering, new_entry, rejected_entry
+from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
 from telegram_idem.logs import log_decision
 from telegram_idem.updates import validate_update
 
@@ -53,6 +63,11 @@ class PollingIngress:
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
             :class:`~telegram_idem.ordering.Ordering`.
+        not_yet_wait: seconds an update in progress elsewhere (another shape sharing
+            the store holds its claim, e.g. a replica being replaced) holds the offset
+            back before the offset moves past it anyway; default two of ``idem``'s
+            leases, so a dead holder's lease has ended and the update is admitted by
+            takeover first.
     """
 
     def __init__(
@@ -68,6 +83,7 @@ class PollingIngress:
         error_log_interval: float = 60.0,
         on_admitted: Callable[[], None] | None = None,
         ordering: Ordering | None = None,
+        not_yet_wait: float | None = None,
     ) -> None:
         self.idem = idem
         self.inbox = idem.store.inbox()
@@ -84,9 +100,15 @@ class PollingIngress:
         self._last_failure_log = 0.0
         self.on_admitted = on_admitted
         self.ordering = ordering
+        self.not_yet_wait = 2 * idem.lease if not_yet_wait is None else not_yet_wait
+        self.held_since: dict[int, float] = {}
+        """Updates in progress elsewhere that hold the offset back: id → when first
+        found held (``idem.clock()``)."""
+        self._held_polls = 0
         self.offset: int | None = None
         self.admitted = 0
         self.duplicates = 0
+        self.not_yet = 0
         self.rejected = 0
 
     async def poll_once(self) -> int:
@@ -94,7 +116,8 @@ class PollingIngress:
 
         An item that is not an update (no integer ``update_id``) or cannot be encoded is
         admitted as a rejected entry (a dead letter at its first take, logged at ERROR);
-        the offset moves past every integer ``update_id`` of the batch.
+        the offset moves past every integer ``update_id`` of the batch, except that it
+        stays at the smallest update in progress elsewhere (see the module docstring).
 
         Raises:
             StoreError: the batch could not be admitted (the offset did not move).
@@ -110,27 +133,75 @@ class PollingIngress:
         if not batch:
             return 0
         entries = [self._entry(item) for item in batch]
-        results = await self.inbox.admit_many(
-            [e for e, _ in entries], retention=self.idem.update_retention
-        )
-        for (entry, update), fresh in zip(entries, results, strict=True):
+        new_entries = [e for e, _ in entries]
+        results = await self.inbox.admit_many(new_entries, retention=self.idem.update_retention)
+        verdicts = await admission_verdicts(self.idem, new_entries, results)
+        for (entry, update), verdict in zip(entries, verdicts, strict=True):
             log_decision(
-                boundary="update",
-                key=entry.update_key,
-                decision="admitted" if fresh else "duplicate",
-                update=update,
+                boundary="update", key=entry.update_key, decision=DECISIONS[verdict], update=update
             )
         admitted = sum(results)
         self.admitted += admitted
-        self.duplicates += len(results) - admitted
-        ids = [i for i in (_update_id(item) for item in batch) if i is not None]
-        if ids:
-            self.offset = max(max(ids) + 1, self.offset or 0)
+        self.duplicates += verdicts.count(Verdict.DUPLICATE)
+        self.not_yet += verdicts.count(Verdict.NOT_YET)
+        ids = [_update_id(item) for item in batch]
+        held = self._held_elsewhere(
+            [uid for uid, v in zip(ids, verdicts, strict=True) if v is Verdict.NOT_YET]
+        )
+        known = [i for i in ids if i is not None]
+        if held is not None:
+            # Not past it: getUpdates confirms every update below the offset.
+            self.offset = max(held, self.offset or 0)
+        elif known:
+            self.offset = max(max(known) + 1, self.offset or 0)
         else:
             log.error("a getUpdates batch without any integer update_id: offset kept")
         if admitted and self.on_admitted is not None:
             self.on_admitted()
         return len(batch)
+
+    def _held_elsewhere(self, not_yet: list[int | None]) -> int | None:
+        """The smallest update id the offset must stay at, or ``None``.
+
+        ``not_yet`` are the batch's updates in progress elsewhere. Each is waited for
+        (the offset kept at it, its admission retried at every poll) from the first poll
+        that found it held until ``not_yet_wait`` seconds later; then the offset moves
+        past it, logged at ERROR.
+        """
+        now = self.idem.clock()
+        since = {uid: self.held_since.get(uid, now) for uid in not_yet if uid is not None}
+        for uid in since.keys() - self.held_since.keys():
+            log.warning(
+                "update %s is in progress elsewhere (another shape sharing the store holds "
+                "its claim): offset kept at it; admission retried until that holder's "
+                "lease ends (at most %.0f s)",
+                uid,
+                self.not_yet_wait,
+            )
+        waiting = {}
+        for uid, first in since.items():
+            if now - first < self.not_yet_wait:
+                waiting[uid] = first
+            else:
+                log.error(
+                    "update %s is still in progress elsewhere after %.0f s (its holder "
+                    "keeps renewing its lease): the offset moves past it, so only that "
+                    "holder can still process it",
+                    uid,
+                    now - first,
+                )
+        self.held_since = waiting
+        if not waiting:
+            self._held_polls = 0
+            return None
+        self._held_polls += 1
+        return min(waiting)
+
+    def hold_delay(self) -> float:
+        """Seconds to wait before polling again while an update is held elsewhere:
+        ``error_delay`` doubling with each such poll, up to ``error_delay_max``."""
+        exponent = max(self._held_polls - 1, 0)
+        return float(min(self.error_delay * 2.0 ** min(exponent, 30), self.error_delay_max))
 
     def _entry(self, item: object) -> tuple[NewEntry, dict[str, Any] | None]:
         try:
@@ -157,6 +228,8 @@ class PollingIngress:
         fetched but not admitted is sent again at the next poll. A batch that has
         arrived when ``stop`` is set is still admitted before ``run`` returns.
 
+        While an update is held elsewhere (the offset kept at it), the next poll waits
+        :meth:`hold_delay` seconds.
         A failed fetch or a store outage (the batch not admitted, offset kept) is retried
         with backoff (``error_delay`` doubling to ``error_delay_max``), logged once when
         failures start, once per ``error_log_interval`` while they go on, and once when a
@@ -181,6 +254,8 @@ class PollingIngress:
                     await self._pause(stopping)
                 else:
                     self._recovered()
+                    if self.held_since:
+                        await asyncio.wait({stopping}, timeout=self.hold_delay())
         finally:
             stopping.cancel()
             if fetch is not None and not fetch.done():

@@ -2,7 +2,9 @@
 
 Request → secret token (constant time) → body bound and read timeout → JSON with an
 integer ``update_id`` → the update guard claim **and** the inbox entry written together →
-200. The table for every ingress shape is ``docs/answers.md``.
+200. The table for every ingress shape is ``docs/answers.md``; a refused admission is
+read back to tell a duplicate from an update in progress elsewhere
+(:mod:`telegram_idem.ingress.refusals`).
 
 | situation                                    | answer                                   |
 |----------------------------------------------|------------------------------------------|
@@ -14,10 +16,16 @@ integer ``update_id`` → the update guard claim **and** the inbox entry written
 | an update the framework cannot parse         | 200, one inbox entry; the worker's       |
 |                                              | dispatch fails and it becomes a dead     |
 |                                              | letter (re-sending could never parse it) |
-| duplicate                                    | 200, no second entry (the inbox owns the |
-|                                              | update from its first admission)         |
+| duplicate (update guard record completed or  | 200, no second entry (the inbox owns the |
+| failed)                                      | update from its first admission)         |
+| in progress elsewhere: another shape sharing | 503, no entry: Telegram re-sends, and    |
+| the store (``FastAckWebhook``, PTB, Lambda)  | the delivery after that holder's lease   |
+| holds the claim under a live lease           | is admitted by takeover                  |
+| in progress elsewhere, that lease ended      | 200, one inbox entry (takeover)          |
 | store outage, ``fail_closed`` (default)      | 503: Telegram re-sends later             |
 | store outage, ``fail_open``                  | 200, dispatched in-process, logged loudly|
+| admission refused, then an outage reading    | 503 (even with ``fail_open``: the update |
+| the record                                   | is not new)                              |
 
 Telegram re-sends an update whose answer is not a 2xx (Bot API, ``setWebhook``); an
 answer in milliseconds means it never re-sends for slowness.
@@ -38,10 +46,12 @@ from telegram_idem.adapters.webhook_checks import (
     DEFAULT_READ_TIMEOUT,
     read_update,
 )
+from telegram_idem.admission import NOT_YET_STATUS, Verdict
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.entries import new_entry
 from telegram_idem.inbox.worker import Dispatch
+from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
 from telegram_idem.logs import log_decision
 from telegram_idem.ordering import Ordering
 from telegram_idem.webhook_secret import SecretTokens, secret_check
@@ -109,6 +119,8 @@ class WebhookIngress:
         self.ordering = ordering
         self.admitted = 0
         self.duplicates = 0
+        self.not_yet = 0
+        """Deliveries answered 503 because another shape holds the update's claim."""
         self._unguarded: set[asyncio.Future[Any]] = set()
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -136,14 +148,30 @@ class WebhookIngress:
             self._unguarded.add(task)
             task.add_done_callback(self._unguarded.discard)
             return web.Response(text="ok (unguarded)")
+        try:
+            [verdict] = await admission_verdicts(self.idem, [entry], [new])
+        except StoreError:
+            # Refused, and the record cannot be read: a duplicate or in progress
+            # elsewhere, never new, so never dispatched unguarded; a re-send decides.
+            log.warning("store outage: refused update %s answered 503", update["update_id"])
+            raise web.HTTPServiceUnavailable(text="store unavailable") from None
         log_decision(
             boundary="update",
             key=entry.update_key,
-            decision="admitted" if new else "duplicate",
+            decision=DECISIONS[verdict],
             update=update,
             elapsed_ms=(time.perf_counter() - started) * 1000,
         )
-        if not new:
+        if verdict is Verdict.NOT_YET:
+            self.not_yet += 1
+            log.warning(
+                "update %s is in progress elsewhere (another shape holds its claim): "
+                "answered %d so Telegram re-sends it",
+                update["update_id"],
+                NOT_YET_STATUS,
+            )
+            raise web.HTTPServiceUnavailable(text="in progress elsewhere")
+        if verdict is Verdict.DUPLICATE:
             self.duplicates += 1
             return web.Response(text="duplicate")
         self.admitted += 1

@@ -9,7 +9,9 @@ import pytest
 from services import StoreFactory
 
 from telegram_idem import ManualClock, Outcome, Status, Store
+from telegram_idem.admission import Verdict
 from telegram_idem.inbox.base import EntryStatus, Inbox, NewEntry
+from telegram_idem.inbox.logic import refused_verdict
 
 RETENTION = 3600.0
 LEASE = 30.0
@@ -176,3 +178,52 @@ async def test_a_redriven_letter_waits_behind_its_chats_entry_in_flight(inbox: I
     assert await inbox.ack(second)
     again = await inbox.take(lease=LEASE)
     assert again is not None and again.id == poison.id
+
+
+# ------------------------------------------- shapes sharing a store (issue 8, mixed)
+# A webhook shape that processes in-process (FastAckWebhook, PTB, Lambda) claims the
+# update guard *in progress*; an inbox admission of the same update must then tell a
+# completed update (a duplicate) from one still held (not yet), and take a dead holder's
+# claim over once its lease has ended.
+
+
+async def test_admission_refuses_a_completed_update_as_a_duplicate(
+    inbox: Inbox, store: Store
+) -> None:
+    other = await store.claim("idem:7:u:1", lease=LEASE, retention=RETENTION)
+    assert await store.complete("idem:7:u:1", other.token, b"null", retention=RETENTION)
+    assert await inbox.admit(entry(1), retention=RETENTION) is False
+    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.DUPLICATE
+    assert await inbox.depth() == 0
+
+
+async def test_admission_refuses_a_claim_held_under_a_live_lease_as_not_yet(
+    inbox: Inbox, store: Store, clock: ManualClock
+) -> None:
+    other = await store.claim("idem:7:u:1", lease=LEASE, retention=RETENTION)
+    assert other.outcome is Outcome.ACQUIRED
+    clock.advance(LEASE - 1)
+    assert await inbox.admit(entry(1), retention=RETENTION) is False
+    assert await inbox.admit_many([entry(1), entry(2)], retention=RETENTION) == [False, True]
+    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.NOT_YET
+    assert await inbox.depth() == 1  # only update 2
+
+
+async def test_admission_takes_over_a_claim_whose_holder_died(
+    inbox: Inbox, store: Store, clock: ManualClock
+) -> None:
+    dead = await store.claim("idem:7:u:1", lease=LEASE, retention=RETENTION)
+    other = await store.claim("idem:7:u:2", lease=LEASE, retention=RETENTION)
+    clock.advance(LEASE + 1)
+    assert await inbox.admit(entry(1), retention=RETENTION) is True
+    assert await inbox.admit_many([entry(2)], retention=RETENTION) == [True]
+    record = await store.get("idem:7:u:1")
+    assert record is not None and record.status is Status.COMPLETED
+    assert record.fencing_token > dead.token
+    # the dead holder, should it wake, can neither finish nor release the update
+    assert not await store.complete("idem:7:u:1", dead.token, b"null", retention=RETENTION)
+    assert not await store.release("idem:7:u:2", other.token)
+    taken = await inbox.take(lease=LEASE)
+    assert taken is not None and taken.id == "idem:7:u:1"
+    assert await inbox.admit(entry(1), retention=RETENTION) is False  # now a duplicate
+    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.DUPLICATE

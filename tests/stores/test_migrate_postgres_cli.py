@@ -1,0 +1,52 @@
+"""``telegram-idem migrate postgresql://…`` names every table it made or found (the
+records table *and* the inbox table), against the real PostgreSQL."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+from fixtures_postgres import (
+    drop_tables,
+    postgres_reachable_or_missing,
+    run_sync,
+    with_option,
+)
+from services import POSTGRES_URL
+
+from telegram_idem.cli import cli
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    postgres_reachable_or_missing()
+    name = f"t{secrets.token_hex(6)}"
+    yield name
+    run_sync(lambda: drop_tables(POSTGRES_URL, [name]))
+
+
+async def _tables(prefix: str) -> set[str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=10.0)
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE $1",
+            f"{prefix}\\_%",
+        )
+    finally:
+        await conn.close()
+    return {row["table_name"] for row in rows}
+
+
+def test_cli_migrate_names_the_records_and_the_inbox_table(prefix: str) -> None:
+    url = with_option(POSTGRES_URL, f"table_prefix={prefix}")
+    for _ in range(2):  # made, then found (idempotent)
+        result = CliRunner().invoke(cli, ["migrate", url])
+        assert result.exit_code == 0, result.output
+        assert f"tables {prefix}_records and {prefix}_inbox" in result.output
+    assert run_sync(lambda: _tables(prefix)) == {f"{prefix}_records", f"{prefix}_inbox"}
