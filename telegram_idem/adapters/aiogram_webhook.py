@@ -32,7 +32,6 @@ the durable inbox lands; the update guard's lease then expires so a re-delivery 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Literal
 
@@ -172,19 +171,12 @@ class FastAckWebhook:
     ) -> web.Response:
         """Acknowledge an update aiogram cannot parse (a re-send could never parse either)
         and record it where an operator sees it: the claim stored as a failure."""
-        uid = raw["update_id"]
-        log.error("update %s does not parse; acknowledged and not processed: %s", uid, problem)
         claim = extra.get(CLAIM)
         if claim is not None:
-            error = json.dumps(
-                {"type": "ValidationError", "message": f"aiogram cannot parse it: {problem}"}
-            ).encode()
-            try:
-                await self.idem.store.fail(
-                    claim.record.key, claim.token, error, retention=self.idem.update_retention
-                )
-            except StoreError:
-                log.warning("could not store the parse failure of update %s", uid)
+            assert problem is not None  # only an update that did not parse comes here
+            await self.idem.fail_update(claim, problem, source="aiogram")
+        else:  # fail-open outage: nothing could be recorded
+            log.error("update %s does not parse in aiogram: %s", raw["update_id"], problem)
         return web.Response(text="update does not parse; recorded as failed")
 
     async def _feed(self, update: Update, extra: dict[str, Any]) -> None:
