@@ -17,8 +17,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiogram import Bot, Dispatcher, F, Router
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.filters import Command
 from aiogram.types import CallbackQuery, Message, Update
@@ -45,19 +43,6 @@ from telegram_idem.testing.loopback import serve_app
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
 CHAT = 5550001001
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeBotAPI]:
-    async with FakeBotAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(api: FakeBotAPI) -> AsyncIterator[Bot]:
-    session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
-    async with Bot(token=TOKEN, session=session) as client:
-        yield client
 
 
 @pytest.fixture

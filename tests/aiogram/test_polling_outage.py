@@ -7,31 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from aiogram import Bot, Dispatcher, Router
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from aiogram.types import Message, Update
 
 from telegram_idem import Idem, StoreError
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import load_fixture
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 
 PrivateRedis = tuple[int, Callable[[], None], Callable[[], None]]
-
-
-@pytest.fixture
-async def bot() -> AsyncIterator[Bot]:
-    async with FakeBotAPI() as api:
-        session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
-        async with Bot(token=TOKEN, session=session) as client:
-            yield client
 
 
 def dispatcher(idem: Idem, runs: list[int], **options: Any) -> Dispatcher:

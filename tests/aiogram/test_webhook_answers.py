@@ -15,15 +15,12 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiogram import Bot, Dispatcher, Router
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from aiogram.types import Message
 from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
@@ -39,19 +36,6 @@ TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
 SECRET = "answers-secret"
 HEADERS = {"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"}
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeBotAPI]:
-    async with FakeBotAPI(long_poll_cap=0.05) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(api: FakeBotAPI) -> AsyncIterator[Bot]:
-    session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
-    async with Bot(token=TOKEN, session=session) as client:
-        yield client
 
 
 def counting_dispatcher(idem: Idem, runs: list[int], **options: Any) -> Dispatcher:

@@ -15,11 +15,11 @@ import inspect
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ptb_support import build, feed, running
 from telegram import Update
 from telegram.ext import (
     Application,
@@ -34,7 +34,6 @@ from telegram.ext import (
 from telegram_idem import Idem, ManualClock, Status, StoreError, current_update
 from telegram_idem import idempotent as core_idempotent
 from telegram_idem.adapters.ptb import (
-    IdempotentUpdateProcessor,
     idem_of,
     idempotent,
     install_update_guard,
@@ -74,38 +73,6 @@ async def broken_idem(tmp_path: Path) -> AsyncIterator[Idem]:
     guard = Idem("sqlite:///" + str(tmp_path))
     yield guard
     await guard.close()
-
-
-def build(api: FakeBotAPI, idem: Idem, *, concurrency: int = 1, **options: Any) -> App:
-    """An application against FakeBotAPI guarded by an ``IdempotentUpdateProcessor``."""
-    builder = (
-        ApplicationBuilder()
-        .token(TOKEN)
-        .base_url(api.ptb_base_url)
-        .base_file_url(f"{api.url}/file/bot")
-        .concurrent_updates(IdempotentUpdateProcessor(idem, concurrency, **options))
-    )
-    app: App = builder.build()
-    return app
-
-
-@asynccontextmanager
-async def running(app: App) -> AsyncIterator[App]:
-    """Initialised (getMe on FakeBotAPI) and started (the update fetcher runs)."""
-    await app.initialize()
-    await app.start()
-    try:
-        yield app
-    finally:
-        await app.stop()
-        await app.shutdown()
-
-
-async def feed(app: App, *payloads: dict[str, Any]) -> None:
-    """Queue the updates as the PTB updater does and wait until all are processed."""
-    for payload in payloads:
-        await app.update_queue.put(Update.de_json(copy.deepcopy(payload), app.bot))
-    await app.update_queue.join()
 
 
 def another_update(update: dict[str, Any], update_id: int) -> dict[str, Any]:
