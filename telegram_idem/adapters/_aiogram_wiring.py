@@ -11,6 +11,13 @@
 
   registers the bare handler, so it runs unguarded: :func:`check_handlers` finds every
   registered callback that ``@idempotent`` wrapped while its wrapper is not registered.
+- aiogram's ``SimpleRequestHandler`` with its default ``handle_in_background=True``
+  answers 200 before the guard decides: :func:`answering_first_routes` finds it among an
+  aiohttp app's routes (``register()`` adds ``handler.handle`` as a POST route).
+
+:func:`check_observers` and :func:`check_handlers` run at the dispatcher's start-up when
+the middleware was installed with ``IdempotencyMiddleware.setup(dp)``, and at the first
+update otherwise.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from typing import Any
 
 from aiogram import Dispatcher
 from aiogram.types import Update
+from aiogram.webhook.aiohttp_server import BaseRequestHandler
+from aiohttp import web
 
 from telegram_idem.decorator import wrapper_of
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["check_event", "check_handlers"]
+__all__ = ["answering_first_routes", "check_event", "check_handlers", "check_observers"]
 
 _checked: weakref.WeakKeyDictionary[Dispatcher, str | None] = weakref.WeakKeyDictionary()
 
@@ -44,20 +53,46 @@ def check_event(event: object) -> None:
         )
 
 
-def check_handlers(dispatcher: Dispatcher | None) -> None:
+def check_observers(dispatcher: Dispatcher, middleware: type) -> None:
+    """Raise if an instance of ``middleware`` is registered on an observer of
+    ``dispatcher`` (or of its sub-routers) other than ``dispatcher.update``, where it
+    would receive no ``Update`` and guard nothing.
+
+    Raises:
+        ConfigurationError: such a registration exists.
+    """
+    wrong = [
+        f"{'dp' if router is dispatcher else 'router'}.{name}.{kind}"
+        for router in dispatcher.chain_tail
+        for name, observer in router.observers.items()
+        if observer is not dispatcher.update
+        for kind, manager in (
+            ("outer_middleware", observer.outer_middleware),
+            ("middleware", observer.middleware),
+        )
+        if any(isinstance(m, middleware) for m in manager)
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"{middleware.__name__} is registered on {', '.join(wrong)}: it sees no Update "
+            "there and guards nothing. Register it on dp.update only "
+            f"({middleware.__name__}(idem).setup(dp))."
+        )
+
+
+def check_handlers(dispatcher: Dispatcher | None, *, fresh: bool = False) -> None:
     """Raise if a handler of ``dispatcher`` (or its sub-routers) is registered without
     the ``@idempotent`` wrapper made around it. Walks the handlers once per dispatcher
-    (at its first update) and remembers the answer.
+    and remembers the answer; ``fresh=True`` (at start-up) walks them again.
 
     Raises:
         ConfigurationError: ``@idempotent`` was placed above a router decorator.
     """
     if dispatcher is None:
         return
-    try:
-        problem = _checked[dispatcher]
-    except KeyError:
-        problem = _checked[dispatcher] = _find_misplaced(dispatcher)
+    if fresh or dispatcher not in _checked:
+        _checked[dispatcher] = _find_misplaced(dispatcher)
+    problem = _checked[dispatcher]
     if problem is not None:
         raise ConfigurationError(problem)
 
@@ -90,3 +125,35 @@ def _describe(fn: Any) -> str:
         return f"{name} ({inspect.getsourcefile(fn)}:{line})"
     except (OSError, TypeError):
         return str(name)
+
+
+def answering_first_routes(app: web.Application, dispatcher: Dispatcher) -> list[str]:
+    """The paths of ``app`` (and of its sub-apps) served by aiogram's own request handler
+    with ``handle_in_background=True`` for ``dispatcher``: they answer 200 before the
+    update guard decides. A subclass that overrides ``handle`` (telegram-idem's
+    ``IdempotentRequestHandler``) decides first and is not listed."""
+    paths: list[str] = []
+    for resource in app.router.resources():
+        sub_app = getattr(resource, "_app", None)  # add_subapp / add_domain resources
+        if isinstance(sub_app, web.Application):
+            paths.extend(answering_first_routes(sub_app, dispatcher))
+            continue
+        for route in resource:
+            owner = _aiogram_handle_owner(route.handler)
+            if owner is not None and owner.handle_in_background and owner.dispatcher is dispatcher:
+                paths.append(resource.canonical)
+    return paths
+
+
+def _aiogram_handle_owner(handler: Any) -> BaseRequestHandler | None:
+    """The request handler whose un-overridden aiogram ``handle`` serves this route
+    (registered as ``rh.handle`` by ``register()``, or as the object itself)."""
+    owner: object
+    func: object
+    if isinstance(handler, BaseRequestHandler):
+        owner, func = handler, type(handler).__call__
+    else:
+        owner, func = getattr(handler, "__self__", None), getattr(handler, "__func__", None)
+    if isinstance(owner, BaseRequestHandler) and func is BaseRequestHandler.handle:
+        return owner
+    return None

@@ -4,7 +4,14 @@
 
     idem = Idem("sqlite:///bot.db")
     dp = Dispatcher()
-    dp.update.outer_middleware(IdempotencyMiddleware(idem))
+    IdempotencyMiddleware(idem).setup(dp)
+
+``setup(dp)`` registers the middleware on ``dp.update`` and checks the wiring when the
+dispatcher starts (``start_polling``, aiogram's ``setup_application``, ``emit_startup``),
+before any update is taken: a wiring mistake raises
+:class:`~telegram_idem.errors.ConfigurationError` there, and a webhook route that answers
+before the guard decides is logged as a WARNING. Registered with
+``dp.update.outer_middleware(...)`` directly, the same checks run at the first update.
 
 A duplicate of a *completed* update (same ``(bot.id, update_id)``) never reaches a
 handler: the middleware returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so
@@ -33,16 +40,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.types import TelegramObject, Update
 from aiogram.types.update import UpdateTypeLookupError
 from aiogram.webhook.aiohttp_server import BaseRequestHandler
+from aiohttp import web
 from pydantic import ValidationError
 
-from telegram_idem.adapters._aiogram_wiring import check_event, check_handlers
+from telegram_idem.adapters._aiogram_wiring import (
+    answering_first_routes,
+    check_event,
+    check_handlers,
+    check_observers,
+)
 from telegram_idem.admission import DEFAULT_OUTAGE_WAIT
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.context import bind_update
@@ -105,9 +118,19 @@ class LazyUpdate(Mapping[str, Any]):
         return len(self._full())
 
 
+_ANSWERS_FIRST = (
+    "IdempotencyMiddleware runs behind aiogram's SimpleRequestHandler with "
+    "handle_in_background=True%s, which answers 200 before the update guard decides: an "
+    "update refused for a store outage, or in progress elsewhere, is lost. Use "
+    "telegram_idem.adapters.aiogram_webhook.IdempotentRequestHandler (or FastAckWebhook) "
+    "instead"
+)
+
+
 class IdempotencyMiddleware(BaseMiddleware):
-    """The update guard for an aiogram ``Dispatcher`` (register with
-    ``dp.update.outer_middleware``).
+    """The update guard for an aiogram ``Dispatcher``: install with
+    ``IdempotencyMiddleware(idem).setup(dp)`` (checks the wiring at start-up), or register
+    with ``dp.update.outer_middleware(...)`` (checks it at the first update).
 
     Args:
         idem: the guard.
@@ -151,19 +174,57 @@ class IdempotencyMiddleware(BaseMiddleware):
         self.outage_wait = outage_wait
         self._warned_answers_first = False
 
+    def setup(self, dispatcher: Dispatcher) -> Self:
+        """Register this middleware as the outer middleware of ``dispatcher.update`` and
+        check the wiring when the dispatcher starts (its ``startup`` event:
+        ``start_polling``, aiogram's ``setup_application``, ``emit_startup``), before it
+        takes any update. Returns the middleware.
+
+        At start-up:
+
+        - a handler registered without its ``@idempotent`` wrapper (the decorator placed
+          above the router's), or this middleware type registered on another observer
+          than ``dp.update``, raises :class:`~telegram_idem.errors.ConfigurationError`, so
+          ``start_polling`` / the aiohttp app's start-up fails;
+        - when started by ``setup_application(app, dp, ...)``, a route of ``app`` served
+          by aiogram's ``SimpleRequestHandler`` with ``handle_in_background=True`` is
+          logged as a WARNING on ``telegram_idem.aiogram`` (it answers 200 before the
+          guard decides).
+
+        Raises (at start-up, from the dispatcher's ``emit_startup``):
+            ConfigurationError: a wiring mistake above.
+        """
+        dispatcher.update.outer_middleware(self)
+
+        async def check_wiring(**data: Any) -> None:
+            self.check_wiring(dispatcher, app=data.get("app"))
+
+        dispatcher.startup.register(check_wiring)
+        return self
+
+    def check_wiring(self, dispatcher: Dispatcher, *, app: web.Application | None = None) -> None:
+        """The start-up checks of :meth:`setup` (``app``: the aiohttp application serving
+        the webhook, if any).
+
+        Raises:
+            ConfigurationError: a handler runs without its ``@idempotent`` wrapper, or the
+                middleware is registered on another observer than ``dp.update``.
+        """
+        check_observers(dispatcher, IdempotencyMiddleware)
+        check_handlers(dispatcher, fresh=True)
+        if isinstance(app, web.Application):
+            paths = answering_first_routes(app, dispatcher)
+            if paths:
+                self._warned_answers_first = True
+                log.warning(_ANSWERS_FIRST, f" (route {', '.join(paths)})")
+
     def _resendable(self, data: Mapping[str, Any]) -> bool:
         """Whether a failed answer makes Telegram re-send this update (not polling, not a
         handler that answered before the guard ran)."""
         answered_first = _answering_first() is not None
         if answered_first and not self._warned_answers_first:
             self._warned_answers_first = True
-            log.warning(
-                "IdempotencyMiddleware runs behind aiogram's SimpleRequestHandler with "
-                "handle_in_background=True, which answers 200 before the update guard "
-                "decides: an update refused for a store outage, or in progress elsewhere, "
-                "is lost. Use telegram_idem.adapters.aiogram_webhook."
-                "IdempotentRequestHandler (or FastAckWebhook) instead"
-            )
+            log.warning(_ANSWERS_FIRST, "")
         polling = "bots" in data  # start_polling's workflow data
         return not (polling or answered_first)
 

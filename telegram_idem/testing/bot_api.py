@@ -20,6 +20,10 @@ Every request is recorded as a `Call`. Methods with built-in behaviour: ``getMe`
 Any other method is recorded in `FakeBotAPI.unknown_methods` and answers ``true`` unless
 `FakeBotAPI.set_result` gave it a result. Method names are case-insensitive, as in the Bot API.
 
+Run it for a bot in another process (prints its URL, serves until SIGINT or SIGTERM)::
+
+    python -m telegram_idem.testing.bot_api --port 8081 [--updates updates.json]
+
 Deliberate simplifications: ``parse_mode`` is not rendered (``text`` is echoed verbatim and
 "not modified" compares text, parse mode, entities and markup as sent); message ids come from
 one counter shared by all chats; inline-message edits always succeed; ``allowed_updates`` is
@@ -28,23 +32,27 @@ recorded but does not filter ``getUpdates``.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import json
 import re
+import signal
+import sys
 import time
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from telegram_idem.testing.loopback import LoopbackServer
 
-__all__ = ["Call", "FakeBotAPI", "SentMessage", "UploadedFile", "WebhookState"]
+__all__ = ["Call", "FakeBotAPI", "SentMessage", "UploadedFile", "WebhookState", "main"]
 
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
@@ -643,3 +651,104 @@ class FakeBotAPI(LoopbackServer):
             except TimeoutError:
                 pass
         return copy.deepcopy(self._updates[:limit])
+
+
+# --------------------------------------------------------------------- entry point
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m telegram_idem.testing.bot_api",
+        description="Serve FakeBotAPI, a fake Telegram Bot API, until SIGINT or SIGTERM. "
+        "Prints its base URL (give it to aiogram's TelegramAPIServer.from_base, or "
+        "URL + '/bot' to python-telegram-bot's base_url).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
+    parser.add_argument("--bot-first-name", default="Blog Bot", help="getMe's first_name")
+    parser.add_argument("--bot-username", default="example_blog_bot", help="getMe's username")
+    parser.add_argument(
+        "--long-poll-cap",
+        type=float,
+        default=1.0,
+        help="longest getUpdates wait, seconds, whatever timeout the client asks (1.0)",
+    )
+    parser.add_argument(
+        "--updates",
+        type=Path,
+        action="append",
+        default=[],
+        help="a JSON file with one update or a list of updates, queued for getUpdates (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0-65535, not {args.port}")
+    return args
+
+
+def _load_updates(paths: list[Path]) -> list[dict[str, Any]]:
+    """The updates of ``--updates`` files, in order. Raises `ValueError` (a file that is
+    not JSON, or holds something other than an update or a list of updates)."""
+    updates: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        items = loaded if isinstance(loaded, list) else [loaded]
+        for item in items:  # queue_update's rule, checked before the port is bound
+            update_id = item.get("update_id") if isinstance(item, dict) else None
+            if not isinstance(update_id, int) or isinstance(update_id, bool):
+                raise ValueError(f"{path}: expected updates with an integer update_id")
+        updates.extend(items)
+    return updates
+
+
+async def _serve(args: argparse.Namespace, updates: list[dict[str, Any]]) -> None:
+    fake = FakeBotAPI(
+        bot_first_name=args.bot_first_name,
+        bot_username=args.bot_username,
+        long_poll_cap=args.long_poll_cap,
+    )
+    for update in updates:
+        fake.queue_update(update)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(fake._make_app(), shutdown_timeout=1.0, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        print(f"http://{host}:{port}", flush=True)
+        await stop.wait()
+        await fake._before_close()  # pending long polls answer [] before the server stops
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m telegram_idem.testing.bot_api``: serve a :class:`FakeBotAPI` on
+    ``--host`` (default ``127.0.0.1``) and ``--port`` (default 0: a free port), print its
+    base URL on one line of stdout, and serve until SIGINT or SIGTERM. Returns the exit
+    status: 0 after a signal, 2 for bad arguments or ``--updates`` files, 1 when the port
+    cannot be bound.
+    """
+    args = _parse_args(argv)
+    try:
+        updates = _load_updates(args.updates)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(args, updates))
+    except OSError as exc:
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import socket
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -262,3 +267,63 @@ def _message(update_id: int) -> dict[str, object]:
             "text": f"m{update_id}",
         }
     }
+
+
+# ----------------------------------------------- the entry point, in another process
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _start_fake(*args: str) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "telegram_idem.testing.bot_api",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    async with asyncio.timeout(30):
+        url = (await proc.stdout.readline()).decode().strip()
+    return proc, url
+
+
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+async def test_the_entry_point_serves_a_bot_in_another_process(
+    tmp_path: Path, stop_with: signal.Signals
+) -> None:
+    port = _free_port()
+    queued = tmp_path / "updates.json"
+    queued.write_text(json.dumps([{"update_id": 7, **_message(7)}]), encoding="utf-8")
+    proc, url = await _start_fake("--port", str(port), "--updates", str(queued))
+    try:
+        assert url == f"http://127.0.0.1:{port}"
+        session = AiohttpSession(api=TelegramAPIServer.from_base(url))
+        async with Bot(token=TOKEN, session=session) as bot:
+            me = await bot.get_me()
+            updates = await bot.get_updates(timeout=0)
+        assert (me.id, me.username) == (7000000001, "example_blog_bot")
+        assert [u.update_id for u in updates] == [7]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(stop_with)
+        async with asyncio.timeout(30):
+            rc = await proc.wait()
+    assert rc == 0
+
+
+async def test_the_entry_point_refuses_a_file_without_updates(tmp_path: Path) -> None:
+    bad = tmp_path / "updates.json"
+    bad.write_text(json.dumps([{"message": {}}]), encoding="utf-8")
+    proc, url = await _start_fake("--updates", str(bad))
+    async with asyncio.timeout(30):
+        rc = await proc.wait()
+    assert proc.stderr is not None
+    assert (url, rc) == ("", 2)
+    assert "integer update_id" in (await proc.stderr.read()).decode()
