@@ -129,7 +129,7 @@ def build_blog_bot(
     dp = Dispatcher(
         writer=writer, publisher=publisher, lock_ttl=settings.lock_ttl, settings=settings
     )
-    dp.update.outer_middleware(IdempotencyMiddleware(idem, tokens=tokens))
+    IdempotencyMiddleware(idem, tokens=tokens).setup(dp)
     dp.include_routers(posting.make_router(), deleting.make_router(), misc.make_router())
     worker = InboxWorker(
         idem.store.inbox(),

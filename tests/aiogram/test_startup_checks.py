@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiogram import Bot, Dispatcher, F, Router
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from aiogram.types import CallbackQuery, Message
 from aiogram.webhook.aiohttp_server import SimpleRequestHandler, setup_application
 from aiohttp import web
@@ -27,19 +25,6 @@ from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 SECRET = "startup-secret"
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeBotAPI]:
-    async with FakeBotAPI(long_poll_cap=0.05) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(api: FakeBotAPI) -> AsyncIterator[Bot]:
-    session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
-    async with Bot(token=TOKEN, session=session) as client:
-        yield client
 
 
 @pytest.fixture
