@@ -49,7 +49,8 @@ def check_event(event: object) -> None:
         raise ConfigurationError(
             f"IdempotencyMiddleware received a {type(event).__name__}, not an Update: it "
             "is registered on an observer other than dp.update and guards nothing there. "
-            "Register it with dp.update.outer_middleware(IdempotencyMiddleware(idem))."
+            "Register it with IdempotencyMiddleware(idem).setup(dp), which also checks the "
+            "wiring at start-up (or dp.update.outer_middleware(IdempotencyMiddleware(idem)))."
         )
 
 

@@ -44,6 +44,7 @@ from typing import Any, Literal, Self
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
+from aiogram.methods import TelegramMethod
 from aiogram.types import TelegramObject, Update
 from aiogram.types.update import UpdateTypeLookupError
 from aiogram.webhook.aiohttp_server import BaseRequestHandler
@@ -325,16 +326,34 @@ def inbox_dispatch(dispatcher: Dispatcher, bot: Bot) -> Callable[[dict[str, Any]
     return dispatch
 
 
+class _RawGetUpdates(TelegramMethod[list[dict[str, Any]]]):
+    """``getUpdates`` answered as the Bot API's JSON objects, not parsed into aiogram
+    ``Update`` objects: one update aiogram cannot parse must not fail its whole batch."""
+
+    __returning__ = list[dict[str, Any]]
+    __api_method__ = "getUpdates"
+
+    offset: int | None = None
+    limit: int | None = None
+    timeout: int | None = None
+
+
 def aiogram_get_updates(
     bot: Bot,
 ) -> Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]:
     """``getUpdates`` through an aiogram ``Bot``, as Bot API dicts (for
-    :class:`~telegram_idem.ingress.polling.PollingIngress`)."""
+    :class:`~telegram_idem.ingress.polling.PollingIngress`).
+
+    The batch is fetched with the bot's session (its timeouts and errors, e.g.
+    ``TelegramRetryAfter`` for a 429) but not parsed by aiogram: an update aiogram cannot
+    parse reaches ``PollingIngress`` as it was sent, is admitted and dead-lettered by the
+    worker (``inbox_dispatch`` raises ``MalformedUpdateError``), and the offset moves past
+    it (Bot API, ``getUpdates``: an update is confirmed by a later call with a higher
+    ``offset``).
+    """
 
     async def get_updates(offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:
-        updates = await bot.get_updates(
-            offset=offset, limit=limit, timeout=int(wait), request_timeout=int(wait) + 10
-        )
-        return [update_to_dict(u) for u in updates]
+        method = _RawGetUpdates(offset=offset, limit=limit, timeout=int(wait))
+        return await bot(method, request_timeout=int(wait) + 10)
 
     return get_updates

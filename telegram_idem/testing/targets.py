@@ -88,7 +88,7 @@ class AiogramTarget:
     """An aiogram ``Dispatcher`` and the ``Bot`` the updates are for.
 
     Register the update guard as in production
-    (``dp.update.outer_middleware(IdempotencyMiddleware(idem))``); the target adds none.
+    (``IdempotencyMiddleware(idem).setup(dp)``); the target adds none.
     ``send`` returns the handler's result, or aiogram's ``UNHANDLED`` (a duplicate the
     middleware dropped, or no handler matched).
     """

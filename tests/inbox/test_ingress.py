@@ -168,6 +168,42 @@ async def test_polling_refetch_after_a_crash_duplicates_nothing(idem: Idem) -> N
             await bot.session.close()
 
 
+async def test_an_update_aiogram_cannot_parse_never_stalls_aiogram_polling(idem: Idem) -> None:
+    """``bot.get_updates`` parses the whole batch with pydantic: one update aiogram cannot
+    parse (a message without ``date`` or ``chat``) failed every fetch and the offset never
+    moved. Fetched raw, it is admitted and dead-lettered at its first take, and the valid
+    update after it runs."""
+    seen: list[int] = []
+    dp = Dispatcher()
+
+    @dp.message()
+    async def on_message(message: Message) -> None:
+        seen.append(message.message_id)
+
+    valid = load_fixture("techpost_command")
+    async with FakeBotAPI(long_poll_cap=0.05) as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        try:
+            api.queue_update({"update_id": 9001, "message": {"text": "\ud800"}})
+            api.queue_update({**valid, "update_id": 9002})
+            ingress = PollingIngress(idem, aiogram_get_updates(bot), bot_id=bot.id, poll_timeout=0)
+            assert await ingress.poll_once() == 2
+            assert ingress.offset == 9003
+            assert await ingress.poll_once() == 0  # the offset confirmed both
+            inbox = idem.store.inbox()
+            worker = InboxWorker(inbox, inbox_dispatch(dp, bot), backoff_base=5, poll_interval=0.01)
+            worker.start()
+            await worker.drain(limit=30)
+            await worker.stop()
+        finally:
+            await bot.session.close()
+    assert seen == [valid["message"]["message_id"]]
+    dead = await inbox.dead_letters()
+    assert [d.id for d in dead] == [idem.keys.update(bot.id, 9001)]
+    assert dead[0].attempts == 1  # at once: no retry can parse it
+    assert "\\ud800" in dead[0].payload.decode()  # the bytes kept as sent
+
+
 async def test_a_body_arriving_in_pieces_is_read_whole(idem: Idem) -> None:
     ingress = WebhookIngress(idem, bot_id=7, secret_token=SECRET)
     runner, url = await _serve(ingress.handle)
