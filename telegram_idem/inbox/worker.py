@@ -317,12 +317,25 @@ class InboxWorker:
         self._down_since = None
         self._down_polls = 0
 
+    async def _outage_pause(self, delay: float) -> None:
+        """Wait out the outage backoff, or less: :meth:`notify` (an ingress just admitted
+        an update, so the store answers again) or a sibling that took an entry ends it."""
+        self._wake.clear()
+        sleeping = asyncio.ensure_future(self.sleep(delay))
+        waking = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeping, waking}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleeping, waking):
+                waiter.cancel()
+            await asyncio.gather(sleeping, waking, return_exceptions=True)
+
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
                 took = await self.run_once()
             except StoreError as exc:
-                await self.sleep(self._inbox_down(exc))
+                await self._outage_pause(self._inbox_down(exc))
                 continue
             self._inbox_up()
             if not took:

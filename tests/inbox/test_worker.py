@@ -17,7 +17,7 @@ import pytest
 from aiogram import Bot, Dispatcher
 from aiogram.types import Message
 
-from telegram_idem import Idem, ManualClock, PermanentUpdateError
+from telegram_idem import Idem, ManualClock, PermanentUpdateError, StoreError
 from telegram_idem.adapters.aiogram import inbox_dispatch
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.redis import RedisStore
@@ -487,4 +487,43 @@ async def test_a_store_outage_backs_off_and_logs_once_then_once_on_recovery(
     up = [r for r in lines if "inbox available again" in r.getMessage()]
     assert (len(down), len(still), len(up)) == (1, 0, 1)
     assert all(r.exc_info is None for r in lines)  # no traceback per poll
+    assert done == [1]
+
+
+async def test_notify_ends_the_outage_backoff_once_an_update_is_admitted(
+    private_redis_port: tuple[int, Callable[[], None], Callable[[], None]],
+) -> None:
+    """A worker backing off from an inbox outage takes a newly admitted update when the
+    ingress notifies it, instead of sleeping out the rest of a long backoff."""
+    port, kill, start = private_redis_port
+    store = RedisStore(f"redis://127.0.0.1:{port}/0?socket_timeout=0.5")
+    done: list[int] = []
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        done.append(update["update_id"])
+
+    worker = InboxWorker(
+        store.inbox(), dispatch, concurrency=1, poll_interval=60.0, outage_backoff_max=60.0
+    )
+    kill()
+    worker.start()
+    try:
+        async with asyncio.timeout(10):
+            while worker.inbox_down_since is None:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)  # a few failed polls: the backoff has grown past seconds
+        start()
+        async with asyncio.timeout(10):
+            while True:  # the ingress admits once the store answers again
+                with contextlib.suppress(StoreError):
+                    await store.inbox().admit(entry(1, "chat:a"), retention=RETENTION)
+                    break
+                await asyncio.sleep(0.05)
+        worker.notify()
+        async with asyncio.timeout(5):  # far less than the 60 s backoff cap
+            while not done:
+                await asyncio.sleep(0.02)
+    finally:
+        await worker.stop()
+        await store.close()
     assert done == [1]
