@@ -3,7 +3,7 @@
 A clone has only what ``git ls-files`` lists: the design notes and source articles that
 once lived beside the repository (``design.md``, ``seeds/…``, ``../shared``) are not in
 it (their content is ``docs/design/``), and a relative Markdown link must name a file
-that exists. ``scripts/fix_citations.py`` rewrites the old citation forms.
+that exists. Cite the page of ``docs/design/`` that holds the material instead.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SELF = {"tests/meta/test_citations.py", "scripts/fix_citations.py"}
+SELF = {"tests/meta/test_citations.py"}
 
 OUTSIDE = re.compile(r"(?<![\w/.-])design\.md\b|(?<![\w/.-])seeds/|\.\./shared\b")
 """Files that live outside the repository."""
@@ -70,7 +70,7 @@ def test_no_citation_of_a_file_the_repository_does_not_have() -> None:
     found = missing_citations()
     assert not found, (
         f"{len(found)} citation(s) of files not in the repository "
-        "(python scripts/fix_citations.py rewrites design.md/seeds forms):\n" + "\n".join(found)
+        "(cite the docs/design/ page that holds the material):\n" + "\n".join(found)
     )
 
 
