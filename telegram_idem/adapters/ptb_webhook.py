@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 from telegram import Update
@@ -130,8 +129,9 @@ def ptb_webhook(
 
     Raises:
         ConfigurationError: the application has no ``IdempotentUpdateProcessor`` over
-            ``idem``; ``bot_id`` differs from the processor's; ``secret_token`` is malformed (1–256 chars of ``A-Z a-z 0-9 _ -``);
-            ``secret_token=None`` without ``allow_unauthenticated=True``, or both given.
+            ``idem``; ``bot_id`` differs from the processor's; ``secret_token`` is
+            malformed (1–256 chars of ``A-Z a-z 0-9 _ -``); ``secret_token=None``
+            without ``allow_unauthenticated=True``, or both given.
     """
     processor = _processor(application, idem)
     secret = secret_check(
@@ -144,22 +144,26 @@ def ptb_webhook(
         raw = await read_update(
             request, secret=secret, max_body=max_body, read_timeout=read_timeout
         )
+        uid = raw["update_id"]
         try:
-            update = Update.de_json(raw, application.bot)
-        except Exception as exc:
-            return await _unparseable(raw, exc)
-        if not application.running:
-            raise web.HTTPServiceUnavailable(text="application not running")
-        if not is_known(raw):
-            await application.update_queue.put(update)
-            return web.Response(text="ok")
+            update: Update | None = Update.de_json(raw, application.bot)
+            problem: Exception | None = None
+        except Exception as exc:  # claimed below, then recorded as failed
+            update, problem = None, exc
+        if update is not None:
+            if not application.running:
+                raise web.HTTPServiceUnavailable(text="application not running")
+            if not is_known(raw):
+                await application.update_queue.put(update)
+                return web.Response(text="ok")
         try:
             claim = await idem.admit_update(raw, bot_id=bot, wait=0)
         except StoreError as exc:
-            if processor.on_store_error == "fail_closed":
-                log.warning("store outage: update %s refused with 503: %s", raw["update_id"], exc)
+            # An update PTB cannot parse cannot be processed unguarded either.
+            if update is None or processor.on_store_error == "fail_closed":
+                log.warning("store outage: update %s refused with 503: %s", uid, exc)
                 raise web.HTTPServiceUnavailable(text="store unavailable") from None
-            log.error("store outage: update %s queued unguarded (fail_open)", raw["update_id"])
+            log.error("store outage: update %s queued unguarded (fail_open)", uid)
             await application.update_queue.put(update)
             return web.Response(text="ok")
         verdict = verdict_for(claim.outcome)
@@ -167,28 +171,14 @@ def ptb_webhook(
             return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
         if verdict is Verdict.DUPLICATE:
             return web.Response(text="duplicate")
+        if update is None:
+            # Acknowledged (a re-send could never parse either) and recorded as failed.
+            assert problem is not None
+            await idem.fail_update(claim, problem, source="python-telegram-bot")
+            return web.Response(text="update does not parse; recorded as failed")
         processor.hand_over(claim, bot_id=bot, update_id=update.update_id)
         await application.update_queue.put(update)
         return web.Response(text="ok")
-
-    async def _unparseable(raw: dict[str, Any], problem: Exception) -> web.Response:
-        """Acknowledge an update PTB cannot parse (a re-send could never parse either) and
-        record it where an operator sees it: its claim stored as a failure."""
-        uid = raw["update_id"]
-        try:
-            claim = await idem.admit_update(raw, bot_id=bot, wait=0)
-        except StoreError as exc:
-            log.warning(
-                "store outage: update %s (PTB cannot parse it) refused with 503: %s", uid, exc
-            )
-            raise web.HTTPServiceUnavailable(text="store unavailable") from None
-        verdict = verdict_for(claim.outcome)
-        if verdict is Verdict.NOT_YET:
-            return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
-        if verdict is Verdict.DUPLICATE:
-            return web.Response(text="duplicate")
-        await idem.fail_update(claim, problem, source="python-telegram-bot")
-        return web.Response(text="update does not parse; recorded as failed")
 
     return handle
 
