@@ -5,7 +5,8 @@ the action guard (:func:`idempotent` over a business key), and side-effect steps
 (:meth:`Idem.step`), plus per-chat locks and signed callback tokens.
 """
 
-from telegram_idem.admission import Verdict, verdict_for
+from telegram_idem.admission import Admission, StorePolicy
+from telegram_idem.admitted import Admitted
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.callbacks import CallbackTokens
 from telegram_idem.clock import ManualClock
@@ -32,6 +33,7 @@ from telegram_idem.errors import (
     UnknownCallbackTokenError,
     UpdateInProgressError,
 )
+from telegram_idem.events import DecisionEvent, subscribe
 from telegram_idem.guard import Idem
 from telegram_idem.keys import KeyBuilder, fingerprint, render_template
 from telegram_idem.records import Claim, Outcome, Record, Status
@@ -39,12 +41,15 @@ from telegram_idem.records import Claim, Outcome, Record, Status
 __version__ = "0.1.0"
 
 __all__ = [
+    "Admission",
+    "Admitted",
     "CallbackTokenError",
     "CallbackTokens",
     "Claim",
     "ClaimError",
     "ConfigurationError",
     "ConflictError",
+    "DecisionEvent",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
     "Idem",
@@ -65,15 +70,15 @@ __all__ = [
     "Status",
     "Store",
     "StoreError",
+    "StorePolicy",
     "StoredFailureError",
     "UnknownCallbackTokenError",
     "UpdateInProgressError",
-    "Verdict",
     "bind_update",
     "current_update",
     "fingerprint",
     "idempotent",
     "render_template",
     "store_from_url",
-    "verdict_for",
+    "subscribe",
 ]

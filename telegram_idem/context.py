@@ -4,22 +4,89 @@ The adapter (aiogram middleware, PTB processor, webhook worker) binds an
 :class:`UpdateContext` for the duration of one update; ``@idempotent`` and steps read it,
 so the same decorator works in every framework. An action binds an :class:`ActionContext`
 so its steps know their parent key.
+
+This module sits below the guard: it knows the guard only as the :class:`Guard`
+protocol (:class:`telegram_idem.Idem` is one), so it imports nothing above it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol, TypeVar
 
+from telegram_idem.admission import Admission
 from telegram_idem.errors import ConfigurationError
+from telegram_idem.keys import KeyBuilder
+from telegram_idem.records import Claim
 
-if TYPE_CHECKING:
-    from telegram_idem.guard import Idem
+__all__ = [
+    "ActionContext",
+    "Guard",
+    "UpdateContext",
+    "bind_update",
+    "bound_update",
+    "current_action",
+    "current_update",
+]
 
-__all__ = ["ActionContext", "UpdateContext", "bind_update", "current_action", "current_update"]
+T = TypeVar("T")
+
+
+class Guard(Protocol):
+    """The guard as bound code sees it: what ``@idempotent``, steps and locks call on
+    :attr:`UpdateContext.idem`. :class:`telegram_idem.Idem` is the implementation; see
+    its methods for the arguments, units and errors."""
+
+    keys: KeyBuilder
+
+    async def run(
+        self,
+        key: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        fingerprint: str | None = None,
+        in_progress: Literal["raise", "wait", "drop"] = "raise",
+        on_error: Literal["release", "store"] = "release",
+        lease: float | None = None,
+        retention: float | None = None,
+        wait_timeout: float | None = None,
+        handler: str | None = None,
+        boundary: Literal["action", "step"] = "action",
+        window: float | None = None,
+    ) -> T:
+        """:meth:`telegram_idem.Idem.run`."""
+        ...
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """:meth:`telegram_idem.Idem.step`."""
+        ...
+
+    def lock(
+        self,
+        name: str,
+        *,
+        bot_id: int | None = None,
+        ttl: float = 120.0,
+        wait: float = 0.0,
+    ) -> AbstractAsyncContextManager[Claim]:
+        """:meth:`telegram_idem.Idem.lock`."""
+        ...
+
+    def chat_lock(
+        self, *, ttl: float = 120.0, name: str = "", wait: float = 0.0
+    ) -> AbstractAsyncContextManager[Claim]:
+        """:meth:`telegram_idem.Idem.chat_lock`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +97,26 @@ class UpdateContext:
         update: the Bot API update as a dict (JSON field names, ``from`` included).
         bot_id: the receiving bot's id.
         idem: the guard that processes it.
+        admission: how the update runs: ``Admission.RUN`` (under its update guard claim,
+            or owned by the durable inbox), ``Admission.UNGUARDED`` (a store outage,
+            fail-open), or ``None`` (bound by hand with :func:`bind_update`, not
+            admitted). A framework adapter meeting an update that is already bound
+            *and admitted* runs it without admitting it again.
     """
 
     update: Mapping[str, Any]
     bot_id: int
-    idem: Idem
+    idem: Guard
+    admission: Admission | None = None
+
+    def admitted(self, bot_id: int, update_id: object) -> bool:
+        """Whether this is the update ``update_id`` of ``bot_id``, already admitted (an
+        outer shape runs it: a webhook, the Lambda worker, the inbox worker)."""
+        return (
+            self.admission is not None
+            and self.bot_id == bot_id
+            and self.update.get("update_id") == update_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +127,21 @@ class ActionContext:
         key: the action's full key.
         token: the holder's fencing token.
         idem: the guard running it; its steps and locks use this guard's store, whichever
-            :class:`Idem` they are called on.
+            :class:`~telegram_idem.Idem` they are called on.
     """
 
     key: str
     token: int
-    idem: Idem
+    idem: Guard
 
 
 _update: ContextVar[UpdateContext | None] = ContextVar("telegram_idem_update", default=None)
 _action: ContextVar[ActionContext | None] = ContextVar("telegram_idem_action", default=None)
+
+
+def bound_update() -> UpdateContext | None:
+    """The bound update, or ``None`` when nothing is bound."""
+    return _update.get()
 
 
 def current_update() -> UpdateContext:
@@ -79,12 +166,27 @@ def current_action() -> ActionContext | None:
 
 
 class bind_update:
-    """Bind ``update`` for the guards for the duration of the ``with`` block."""
+    """Bind ``update`` for the guards for the duration of the ``with`` block.
+
+    Args:
+        update: the Bot API update dict.
+        bot_id: the receiving bot's id.
+        idem: the guard processing it.
+        admission: how it was admitted (:attr:`UpdateContext.admission`); leave it
+            ``None`` when binding by hand (tests, a framework without an adapter).
+    """
 
     __slots__ = ("_ctx", "_reset")
 
-    def __init__(self, update: Mapping[str, Any], *, bot_id: int, idem: Idem) -> None:
-        self._ctx = UpdateContext(update, bot_id, idem)
+    def __init__(
+        self,
+        update: Mapping[str, Any],
+        *,
+        bot_id: int,
+        idem: Guard,
+        admission: Admission | None = None,
+    ) -> None:
+        self._ctx = UpdateContext(update, bot_id, idem, admission)
 
     def __enter__(self) -> UpdateContext:
         self._reset = _update.set(self._ctx)
@@ -95,7 +197,7 @@ class bind_update:
 
 
 @contextmanager
-def bind_action(key: str, token: int, idem: Idem) -> Iterator[ActionContext]:
+def bind_action(key: str, token: int, idem: Guard) -> Iterator[ActionContext]:
     """Bind the running action (used by the action guard)."""
     ctx = ActionContext(key, token, idem)
     reset = _action.set(ctx)

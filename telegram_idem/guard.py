@@ -2,7 +2,8 @@
 update guard, the action guard, side-effect steps and locks over it.
 
 The decisions themselves live in :mod:`telegram_idem.machine` (and natively in server
-stores); this module turns them into behaviour: run, replay, raise, wait or drop.
+stores); this module turns them into behaviour: run, replay, raise, wait or drop. The
+update guard's admission (:meth:`Idem.admit`) is :mod:`telegram_idem.admitted`'s.
 """
 
 from __future__ import annotations
@@ -13,31 +14,31 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from telegram_idem.admission import Verdict, verdict_for
+from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem.admitted import Admitted, admit, adopt, claim_update, release_quietly
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import Clock, system_clock
 from telegram_idem.codec import JsonCodec, ResultCodec
-from telegram_idem.context import bind_action, bind_update, current_action, current_update
+from telegram_idem.context import bind_action, bound_update, current_action, current_update
 from telegram_idem.errors import (
     ConfigurationError,
     ConflictError,
     InProgressError,
     LockHeldError,
     LostClaimError,
-    MalformedUpdateError,
     ResultEncodingError,
     StoredFailureError,
-    StoreError,
-    UpdateInProgressError,
 )
+from telegram_idem.events import emit_decision
 from telegram_idem.heartbeat import heartbeat
+from telegram_idem.inbox.admission import admit_to_inbox
+from telegram_idem.inbox.base import Inbox, NewEntry
 from telegram_idem.keys import KeyBuilder
 from telegram_idem.locks import acquire_lock
-from telegram_idem.logs import log_decision
 from telegram_idem.records import Claim, Outcome, Record
 from telegram_idem.updates import ordering_key
 
@@ -129,196 +130,144 @@ class Idem:
     # ------------------------------------------------------------ update guard
 
     async def claim_update(self, update: Mapping[str, Any], *, bot_id: int) -> Claim:
-        """Claim the update guard key ``{bot_id}:u:{update_id}``.
+        """Claim the update guard key ``{bot_id}:u:{update_id}`` once, with no policy:
+        the primitive under :meth:`admit` (a test uses it to play a holder that dies).
 
         Raises:
             MalformedUpdateError: no integer ``update_id``.
             StoreError: the store could not answer.
         """
-        uid = update.get("update_id")
-        if not isinstance(uid, int) or isinstance(uid, bool):
-            raise MalformedUpdateError("an update needs an integer 'update_id'")
-        started = time.perf_counter()
-        claim = await self.store.claim(
-            self.keys.update(bot_id, uid), lease=self.lease, retention=self.update_retention
-        )
-        log_decision(
-            boundary="update",
-            key=claim.record.key,
-            decision=claim.outcome.value,
-            update=update,
-            fencing_token=claim.token,
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-        )
-        return claim
+        return await claim_update(self, update, bot_id=bot_id)
 
-    async def admit_update(
+    async def admit(
         self,
         update: Mapping[str, Any],
         *,
         bot_id: int,
         wait: float = 0.0,
         outage_wait: float = 0.0,
-    ) -> Claim:
-        """Claim the update guard, waiting up to ``wait`` seconds while it is in progress,
-        and up to ``outage_wait`` seconds while the store cannot answer.
+        store_policy: StorePolicyLike = StorePolicy.FAIL_CLOSED,
+    ) -> Admitted:
+        """Admit one delivery of ``update``: the one admission decision every ingress
+        shape translates into its answer.
 
-        The shared admission rule (:mod:`telegram_idem.admission`): a claim found in
-        progress is looked at again with backoff until it is acquired (the holder died and
-        its lease ended: takeover), completed (replay), or ``wait`` runs out. Webhooks pass
-        ``wait=0`` and answer ``NOT_YET`` with a non-2xx; polling shapes, which cannot make
-        Telegram re-send, pass about one lease. Likewise a store outage: a webhook answers
-        it non-2xx at once (``outage_wait=0``), while a polled update, whose only copy is
-        in this process, keeps trying (backoff 0.5 s doubling to 10 s; one WARNING when
-        the store stops answering and one when it answers again).
+        The update guard key ``{prefix}:{bot_id}:u:{update_id}`` is claimed; a claim in
+        progress is looked at again with backoff (50 ms doubling to 1 s) until it is
+        acquired (its holder died and the lease ended: takeover), completed (replay), or
+        ``wait`` seconds have passed. A store that cannot answer
+        (:class:`~telegram_idem.errors.StoreError`) is tried again, fail-closed, for
+        ``outage_wait`` seconds (backoff 0.5 s doubling to 10 s; one WARNING when it
+        stops answering, one when it answers again). Every update type is admitted the
+        same way, types this version does not know included (they are passed to the
+        framework untouched).
+
+        | situation | outcome | webhook answer | polling | inbox (:meth:`admit_to_inbox`) |
+        |---|---|---|---|---|
+        | new, or a dead holder's lease ended (takeover) | ``RUN`` | 200 (processed, or queued) | processed | one entry: 200 / offset moves |
+        | completed before, or a stored failure | ``DUPLICATE`` | 200, not run | confirmed, not run | no entry: 200 / confirmed |
+        | in progress, the holder's lease alive | ``NOT_YET`` | 503: Telegram re-sends | waited for (``wait`` ≈ one lease), then ``RUN`` by takeover or ``DUPLICATE`` | no entry: 503 / offset kept |
+        | store outage, ``fail_closed`` | ``UNAVAILABLE`` | 503: Telegram re-sends | tried for ``outage_wait``, then not run (ERROR: lost) | 503 / offset kept |
+        | store outage, ``fail_open`` | ``UNGUARDED`` | 200, run without a claim | run without a claim | 200, dispatched in-process |
+
+        A webhook passes ``wait=0`` and ``outage_wait=0`` (its non-2xx makes Telegram
+        re-send); a shape Telegram will not re-send to (polling, or after a 200) passes
+        about one lease as ``wait`` and :data:`~telegram_idem.admission.DEFAULT_OUTAGE_WAIT`
+        as ``outage_wait``, since this process holds the update's only copy.
 
         Args:
             update: the Bot API update dict.
             bot_id: the receiving bot's id.
             wait: seconds to keep looking while another holder's lease is alive.
-            outage_wait: seconds to keep trying while the store raises ``StoreError``.
+            outage_wait: seconds to keep trying while the store raises ``StoreError``
+                (fail-closed only: fail-open runs unguarded at once).
+            store_policy: ``StorePolicy.FAIL_CLOSED`` (default) or ``FAIL_OPEN`` (or
+                their string values).
 
         Returns:
-            The last claim; ``verdict_for(claim.outcome)`` says what to answer.
+            The :class:`~telegram_idem.admitted.Admitted`: its ``outcome``, and
+            ``run(call)`` for ``RUN`` and ``UNGUARDED``.
 
         Raises:
             MalformedUpdateError: no integer ``update_id``.
-            StoreError: the store could not answer (still, after ``outage_wait``).
+            ConfigurationError: an unknown ``store_policy``.
         """
-        outage_deadline = time.monotonic() + outage_wait
-        outage_delay = 0.5
-        down_since: float | None = None
-        while True:
-            try:
-                claim = await self._admit_once(update, bot_id=bot_id, wait=wait)
-            except StoreError as exc:
-                left = outage_deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                if down_since is None:
-                    down_since = time.monotonic()
-                    log.warning(
-                        "store unavailable (%s): update %s waits up to %.0f s for it, since "
-                        "Telegram will not re-send it",
-                        exc,
-                        update.get("update_id"),
-                        left,
-                    )
-                await self.sleep(min(outage_delay, left))
-                outage_delay = min(outage_delay * 2, 10.0)
-                continue
-            if down_since is not None:
-                log.warning(
-                    "store answers again: update %s claimed after %.1f s",
-                    update.get("update_id"),
-                    time.monotonic() - down_since,
-                )
-            return claim
+        return await admit(
+            self,
+            update,
+            bot_id=bot_id,
+            wait=wait,
+            outage_wait=outage_wait,
+            store_policy=store_policy,
+        )
 
-    async def _admit_once(self, update: Mapping[str, Any], *, bot_id: int, wait: float) -> Claim:
-        deadline = time.monotonic() + wait
-        delay = 0.05
-        while True:
-            claim = await self.claim_update(update, bot_id=bot_id)
-            left = deadline - time.monotonic()
-            if claim.outcome is not Outcome.IN_PROGRESS or left <= 0:
-                return claim
-            await self.sleep(min(delay, left))
-            delay = min(delay * 2, 1.0)
-
-    async def process_update(
+    async def admit_to_inbox(
         self,
-        update: Mapping[str, Any],
-        call: Callable[[], Awaitable[T]],
+        entries: Sequence[NewEntry],
+        updates: Sequence[Mapping[str, Any] | None],
         *,
         bot_id: int,
-        claim: Claim | None = None,
-    ) -> tuple[bool, T | None]:
-        """Run ``call`` once per ``(bot_id, update_id)``, with the update bound.
+        store_policy: StorePolicyLike = StorePolicy.FAIL_CLOSED,
+        inbox: Inbox | None = None,
+    ) -> list[Admitted]:
+        """Admit deliveries into the durable inbox: the update guard claim and the entry
+        are written together (one round trip for the batch), so from its first
+        admission the inbox owns the update (:meth:`admit`'s table, last column).
+
+        ``Inbox.admit`` answers only "admitted or not"; a refused entry's record is read
+        back (one more round trip, refused deliveries only) to tell a duplicate
+        (completed or failed) from an update another shape sharing the store holds in
+        progress under a live lease (``NOT_YET``: never acknowledge it). Outcomes:
+        ``RUN`` (queued: the worker runs it, :attr:`Admitted.queued`), ``DUPLICATE``,
+        ``NOT_YET``; a store outage gives ``UNAVAILABLE`` (``fail_closed``) or
+        ``UNGUARDED`` (``fail_open``: run it in-process without the inbox; an entry
+        without an update stays ``UNAVAILABLE``); an outage while reading a refused
+        record back gives ``UNAVAILABLE`` whatever the policy (a refused update is not
+        new, so it is never run unguarded).
 
         Args:
-            update: the Bot API update dict.
-            call: processes the update (e.g. a dispatcher feed).
+            entries: the entries (:func:`telegram_idem.inbox.entries.new_entry`).
+            updates: the update of each entry, in order, or ``None`` for an entry that
+                keeps something that is not an update (a rejected entry).
             bot_id: the receiving bot's id.
-            claim: an already acquired claim of this update (a webhook that claimed
-                before answering); ``None`` to claim here.
+            store_policy: the outage policy (default fail-closed).
+            inbox: the inbox (default ``self.store.inbox()``).
 
         Returns:
-            ``(ran, result)``; ``ran`` is ``False`` for a duplicate (completed before, not
-            run).
+            One :class:`~telegram_idem.admitted.Admitted` per entry, in order.
 
         Raises:
-            UpdateInProgressError: another holder's lease on the update is alive; the
-                delivery must not be acknowledged (:mod:`telegram_idem.admission`).
-            StoreError: the store could not answer (the caller's outage policy applies).
-            Exception: whatever ``call`` raised; the claim is released first so a
-                re-delivery runs again.
+            ConfigurationError: the store has no inbox, or an unknown ``store_policy``.
+            ValueError: ``entries`` and ``updates`` differ in length.
         """
-        if claim is None:
-            claim = await self.claim_update(update, bot_id=bot_id)
-        verdict = verdict_for(claim.outcome)
-        if verdict is Verdict.NOT_YET:
-            raise UpdateInProgressError(
-                f"{claim.record.key} is in progress elsewhere; not acknowledged, so "
-                "Telegram re-sends it and a delivery after the holder's lease runs it",
-                key=claim.record.key,
-                record=claim.record,
-            )
-        if verdict is Verdict.DUPLICATE:
-            return False, None
-        key, token = claim.record.key, claim.token
-        try:
-            with bind_update(update, bot_id=bot_id, idem=self):
-                with self._heartbeat(key, token, self.lease):
-                    result = await call()
-        except BaseException:
-            await self._release_quietly(key, token)
-            raise
-        if not await self.store.complete(key, token, b"null", retention=self.update_retention):
-            log.error("update %s finished after its lease was taken over", key)
-        return True, result
-
-    async def fail_update(self, claim: Claim, problem: BaseException, *, source: str) -> bool:
-        """Record that the claimed update cannot be processed (the framework cannot parse
-        it): the claim is stored as a failure carrying ``problem``, where an operator sees
-        it (``store.get(key)``), and logged at ERROR. A webhook then acknowledges the
-        update (200): a re-send could never parse either, and Telegram would re-send it
-        for 24 h (see :mod:`telegram_idem.admission`).
-
-        Args:
-            claim: the acquired update guard claim.
-            problem: why it cannot be processed.
-            source: who could not process it, for the record (``"aiogram"``, …).
-
-        Returns:
-            ``True`` if the failure was stored; ``False`` if the store could not answer
-            or the claim was taken over (logged as a WARNING; the claim then ends with its
-            lease, so a re-send is refused again the same way).
-        """
-        key = claim.record.key
-        log.error(
-            "update %s does not parse in %s; acknowledged, not processed, recorded as failed: %s",
-            key,
-            source,
-            problem,
+        return await admit_to_inbox(
+            self,
+            entries,
+            updates,
+            bot_id=bot_id,
+            inbox=inbox if inbox is not None else self.store.inbox(),
+            store_policy=store_policy,
         )
-        error = json.dumps(
-            {"type": type(problem).__name__, "message": f"{source} cannot parse it: {problem}"}
-        ).encode()
-        try:
-            stored = await self.store.fail(key, claim.token, error, retention=self.update_retention)
-        except StoreError as exc:
-            log.warning("could not store the failure of update %s: %s", key, exc)
-            return False
-        if not stored:
-            log.warning("could not store the failure of update %s: its claim was taken over", key)
-        return stored
+
+    def adopt(
+        self,
+        update: Mapping[str, Any],
+        *,
+        bot_id: int,
+        outcome: Admission = Admission.RUN,
+    ) -> Admitted:
+        """The admission of an update admitted elsewhere, to run it here: ``RUN`` for an
+        update the durable inbox owns (its worker runs it), ``UNGUARDED`` for one a
+        webhook admitted fail-open (the Lambda worker). ``run(call)`` binds the update
+        and runs ``call``, with no claim to record.
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            ConfigurationError: another outcome.
+        """
+        return adopt(self, update, bot_id=bot_id, outcome=outcome)
 
     async def _release_quietly(self, key: str, token: int) -> None:
-        try:
-            await self.store.release(key, token)
-        except Exception:
-            log.warning("could not release %s; it frees when its lease ends", key, exc_info=True)
+        await release_quietly(self.store, key, token)
 
     # ------------------------------------------------------------ action guard
 
@@ -334,7 +283,7 @@ class Idem:
         retention: float | None = None,
         wait_timeout: float | None = None,
         handler: str | None = None,
-        boundary: str = "action",
+        boundary: Literal["action", "step"] = "action",
         window: float | None = None,
     ) -> T:
         """Run ``fn`` at most once per ``key``; later calls get its stored result.
@@ -384,22 +333,23 @@ class Idem:
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
         waited = False
-        ctx = _bound_update()
+        ctx = bound_update()
+        update, bot_id = (ctx.update, ctx.bot_id) if ctx is not None else (None, None)
         while True:
             started = time.perf_counter()
             claim = await self.store.claim(
                 key, fingerprint=fingerprint, lease=lease, retention=retention
             )
             outcome = claim.outcome
-            log_decision(
+            emit_decision(
                 boundary=boundary,
                 key=key,
                 decision=outcome.value,
-                update=ctx,
+                update=update,
                 handler=handler,
                 fencing_token=claim.token,
                 elapsed_ms=(time.perf_counter() - started) * 1000,
-                level=logging.WARNING if outcome is Outcome.CONFLICT else logging.INFO,
+                bot_id=bot_id,
             )
             if outcome is Outcome.ACQUIRED:
                 return await self._run_acquired(claim, fn, on_error, lease, kept)
@@ -564,24 +514,12 @@ class Idem:
             except LockHeldError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    log_decision(
-                        boundary="lock",
-                        key=key,
-                        decision="held",
-                        update=_bound_update(),
-                        fencing_token=exc.record.fencing_token if exc.record else None,
-                    )
+                    _emit_lock(key, "held", exc.record.fencing_token if exc.record else None)
                     raise
                 await self.sleep(max(min(delay, left, exc.retry_after), 0.001))
                 delay = min(delay * 2, 1.0)
                 continue
-            log_decision(
-                boundary="lock",
-                key=key,
-                decision="acquired",
-                update=_bound_update(),
-                fencing_token=claim.token,
-            )
+            _emit_lock(key, "acquired", claim.token)
             return claim
 
     def chat_lock(
@@ -604,11 +542,16 @@ class Idem:
         return self.lock(f"{name}:{unit}" if name else unit, bot_id=ctx.bot_id, ttl=ttl, wait=wait)
 
 
-def _bound_update() -> Mapping[str, Any] | None:
-    try:
-        return current_update().update
-    except ConfigurationError:
-        return None
+def _emit_lock(key: str, decision: str, token: int | None) -> None:
+    ctx = bound_update()
+    emit_decision(
+        boundary="lock",
+        key=key,
+        decision=decision,
+        update=ctx.update if ctx is not None else None,
+        fencing_token=token,
+        bot_id=ctx.bot_id if ctx is not None else None,
+    )
 
 
 def _failure(exc: BaseException) -> bytes:

@@ -13,26 +13,34 @@ before any update is taken: a wiring mistake raises
 before the guard decides is logged as a WARNING. Registered with
 ``dp.update.outer_middleware(...)`` directly, the same checks run at the first update.
 
-A duplicate of a *completed* update (same ``(bot.id, update_id)``) never reaches a
-handler: the middleware returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so
-Telegram stops re-sending. An update *in progress elsewhere* (another holder's lease is
-alive, e.g. a killed run) is not a duplicate (:mod:`telegram_idem.admission`): the
-middleware waits up to ``in_progress_wait`` seconds for that lease to end (then takes it
-over and runs the update, or finds it completed), and raises
-:class:`~telegram_idem.errors.UpdateInProgressError` if it is still held, so a webhook
-that answers from the result answers non-2xx and Telegram re-sends.
-Handlers get ``idem`` (the :class:`~telegram_idem.Idem`) and ``idem_tokens`` (the
-:class:`~telegram_idem.CallbackTokens`, if given) in their data, and ``@idempotent`` works
-on them with templates rooted at the update. Updates of a type this version does not
-know (Bot API "Update" section) are passed to aiogram untouched and unguarded.
+The middleware admits each update with :meth:`telegram_idem.Idem.admit` and translates
+the outcome (:mod:`telegram_idem.admission`): ``RUN`` runs the handlers (the update bound,
+its claim completed after them, released if they raise); ``DUPLICATE`` (same
+``(bot.id, update_id)``, completed before) never reaches a handler: the middleware
+returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so Telegram stops
+re-sending. An update *in progress elsewhere* (another holder's lease is alive, e.g. a
+killed run) is not a duplicate: the middleware waits up to ``in_progress_wait`` seconds
+for that lease to end (then takes it over and runs the update, or finds it completed),
+and raises :class:`~telegram_idem.errors.UpdateInProgressError` (``NOT_YET``) if it is
+still held, so a webhook that answers from the result answers non-2xx and Telegram
+re-sends. A store outage raises :class:`~telegram_idem.errors.StoreError`
+(``UNAVAILABLE``, fail-closed) or runs the handlers without the guard (``UNGUARDED``,
+fail-open). Handlers get ``idem`` (the :class:`~telegram_idem.Idem`) and ``idem_tokens``
+(the :class:`~telegram_idem.CallbackTokens`, if given) in their data, and
+``@idempotent`` works on them with templates rooted at the update. Updates of a type
+this version does not know (Bot API "Update") are admitted like any other and passed to
+aiogram untouched.
+
+An update that an outer shape already admitted and runs (``FastAckWebhook``, the Lambda
+worker, the inbox worker through :func:`inbox_dispatch`: the update is bound, admitted,
+by :meth:`telegram_idem.admitted.Admitted.run`) is not admitted again: the middleware
+passes it to the handlers.
 
 Works with ``feed_update``, ``feed_raw_update``, ``feed_webhook_update``, polling and
 aiogram's ``SimpleRequestHandler(handle_in_background=False)``. aiogram's default
 ``handle_in_background=True`` answers 200 before this middleware runs, so a store outage
 or an update in progress elsewhere is lost: the middleware logs a WARNING the first time
 it runs there; use :class:`~telegram_idem.adapters.aiogram_webhook.IdempotentRequestHandler`.
-A webhook that claimed the update before answering passes the claim as
-``feed_update(bot, update, idem_update_claim=claim)``.
 """
 
 from __future__ import annotations
@@ -40,13 +48,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
 from aiogram.dispatcher.event.bases import UNHANDLED
 from aiogram.methods import TelegramMethod
 from aiogram.types import TelegramObject, Update
-from aiogram.types.update import UpdateTypeLookupError
 from aiogram.webhook.aiohttp_server import BaseRequestHandler
 from aiohttp import web
 from pydantic import ValidationError
@@ -57,33 +64,24 @@ from telegram_idem.adapters._aiogram_wiring import (
     check_handlers,
     check_observers,
 )
-from telegram_idem.admission import DEFAULT_OUTAGE_WAIT
+from telegram_idem.admission import DEFAULT_OUTAGE_WAIT, Admission, StorePolicy, StorePolicyLike
+from telegram_idem.admitted import Admitted
 from telegram_idem.callbacks import CallbackTokens
-from telegram_idem.context import bind_update
-from telegram_idem.errors import MalformedUpdateError, StoreError
+from telegram_idem.context import bound_update
+from telegram_idem.errors import MalformedUpdateError
 from telegram_idem.guard import Idem
-from telegram_idem.records import Claim
 
 __all__ = [
-    "CLAIM",
-    "UNGUARDED",
     "IdempotencyMiddleware",
     "LazyUpdate",
+    "StorePolicy",
     "aiogram_get_updates",
+    "idem_of",
     "inbox_dispatch",
     "update_to_dict",
 ]
 
-CLAIM = "idem_update_claim"
-"""``feed_update`` keyword: the update guard was already claimed by the webhook."""
-_GUARDED = "idem_guarded"
-UNGUARDED = "idem_unguarded"
-"""``feed_update`` keyword: do not claim the update guard (the inbox admitted the update
-already, or a webhook failed open on a store outage); the update is still bound."""
-
 log = logging.getLogger("telegram_idem.aiogram")
-
-StorePolicy = Literal["fail_closed", "fail_open"]
 
 
 def update_to_dict(update: Update) -> dict[str, Any]:
@@ -136,7 +134,8 @@ class IdempotencyMiddleware(BaseMiddleware):
     Args:
         idem: the guard.
         tokens: callback tokens to inject as ``idem_tokens``.
-        on_store_error: ``"fail_closed"`` (default) re-raises
+        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+            value): ``"fail_closed"`` (default) raises
             :class:`~telegram_idem.errors.StoreError`, so the update is not processed
             unguarded (a webhook answering from the result gets a 5xx and Telegram
             re-sends); ``"fail_open"`` processes the update without the guard and logs
@@ -157,6 +156,9 @@ class IdempotencyMiddleware(BaseMiddleware):
             (the same shapes as ``in_progress_wait``: the update's task is then its only
             copy), ``0`` elsewhere (the StoreError makes the answer non-2xx). One WARNING
             when the wait starts and one when the store answers again.
+
+    Raises:
+        ConfigurationError: an unknown ``on_store_error``.
     """
 
     def __init__(
@@ -164,13 +166,13 @@ class IdempotencyMiddleware(BaseMiddleware):
         idem: Idem,
         *,
         tokens: CallbackTokens | None = None,
-        on_store_error: StorePolicy = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         in_progress_wait: float | None = None,
         outage_wait: float | None = None,
     ) -> None:
         self.idem = idem
         self.tokens = tokens
-        self.on_store_error = on_store_error
+        self.on_store_error = StorePolicy.of(on_store_error)
         self.in_progress_wait = in_progress_wait
         self.outage_wait = outage_wait
         self._warned_answers_first = False
@@ -229,13 +231,9 @@ class IdempotencyMiddleware(BaseMiddleware):
         polling = "bots" in data  # start_polling's workflow data
         return not (polling or answered_first)
 
-    async def _admit(self, update: LazyUpdate, bot_id: int, data: Mapping[str, Any]) -> Claim:
-        """The update guard claim, waiting out a live holder (``in_progress_wait``) and,
-        fail-closed, a store outage (``outage_wait``) where Telegram would not re-send.
-
-        Raises:
-            StoreError: the store is still down after ``outage_wait`` seconds.
-        """
+    async def _admit(self, update: LazyUpdate, bot_id: int, data: Mapping[str, Any]) -> Admitted:
+        """The admission, waiting out a live holder (``in_progress_wait``) and,
+        fail-closed, a store outage (``outage_wait``) where Telegram would not re-send."""
         resendable = self._resendable(data)
         wait = self.in_progress_wait
         if wait is None:
@@ -243,9 +241,13 @@ class IdempotencyMiddleware(BaseMiddleware):
         outage = self.outage_wait
         if outage is None:
             outage = 0.0 if resendable else DEFAULT_OUTAGE_WAIT
-        if self.on_store_error != "fail_closed":
-            outage = 0.0
-        return await self.idem.admit_update(update, bot_id=bot_id, wait=wait, outage_wait=outage)
+        return await self.idem.admit(
+            update,
+            bot_id=bot_id,
+            wait=wait,
+            outage_wait=outage,
+            store_policy=self.on_store_error,
+        )
 
     async def __call__(
         self,
@@ -253,40 +255,27 @@ class IdempotencyMiddleware(BaseMiddleware):
         event: TelegramObject,
         data: dict[str, Any],
     ) -> Any:
-        if data.get(_GUARDED):  # registered twice: the outer one already guards this update
+        check_event(event)  # wiring mistakes raise instead of guarding nothing
+        assert isinstance(event, Update)
+        bot_id: int = data["bot"].id
+        bound = bound_update()
+        if bound is not None and bound.admitted(bot_id, event.update_id):
+            # Admitted and run by an outer shape (a webhook, a worker, or this middleware
+            # registered twice): not admitted again.
+            self._inject(data)
             return await handler(event, data)
-        data[_GUARDED] = True
+        self._inject(data)
+        check_handlers(data.get("dispatcher"))
+        admitted = await self._admit(LazyUpdate(event), bot_id, data)
+        if admitted.outcome is Admission.DUPLICATE:
+            return UNHANDLED
+        # NOT_YET raises UpdateInProgressError, UNAVAILABLE the StoreError.
+        return await admitted.run(lambda: handler(event, data))
+
+    def _inject(self, data: dict[str, Any]) -> None:
         data["idem"] = self.idem
         if self.tokens is not None:
             data["idem_tokens"] = self.tokens
-        check_event(event)  # wiring mistakes raise instead of guarding nothing
-        check_handlers(data.get("dispatcher"))
-        assert isinstance(event, Update)
-        try:
-            event.event_type  # noqa: B018  (raises for update types aiogram does not know)
-        except UpdateTypeLookupError:
-            return await handler(event, data)
-        update = LazyUpdate(event)
-        bot_id: int = data["bot"].id
-        if data.pop(UNGUARDED, False):
-            with bind_update(update, bot_id=bot_id, idem=self.idem):
-                return await handler(event, data)
-        claim: Claim | None = data.pop(CLAIM, None)
-        if claim is None:
-            try:
-                claim = await self._admit(update, bot_id, data)
-            except StoreError:
-                if self.on_store_error == "fail_closed":
-                    raise
-                log.error(
-                    "store outage: update %s processed unguarded (fail_open)", event.update_id
-                )
-                return await handler(event, data)
-        # Raises UpdateInProgressError if another holder's lease is still alive.
-        ran, result = await self.idem.process_update(
-            update, lambda: handler(event, data), bot_id=bot_id, claim=claim
-        )
-        return result if ran else UNHANDLED
 
 
 def _answering_first() -> BaseRequestHandler | None:
@@ -303,10 +292,29 @@ def _answering_first() -> BaseRequestHandler | None:
     return None
 
 
-def inbox_dispatch(dispatcher: Dispatcher, bot: Bot) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+def idem_of(dispatcher: Dispatcher) -> Idem | None:
+    """The :class:`~telegram_idem.Idem` of the :class:`IdempotencyMiddleware` registered
+    on ``dispatcher.update``, or ``None``."""
+    for middleware in dispatcher.update.outer_middleware:
+        if isinstance(middleware, IdempotencyMiddleware):
+            return middleware.idem
+    return None
+
+
+def inbox_dispatch(
+    dispatcher: Dispatcher, bot: Bot, *, idem: Idem | None = None
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
     """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for aiogram: feeds
-    the update with the update guard skipped (the inbox admitted it) and the update bound.
+    each update the inbox admitted, bound as admitted (:meth:`telegram_idem.Idem.adopt`),
+    so the middleware runs it without claiming it again and ``@idempotent`` works.
     Handler exceptions propagate, so the worker retries.
+
+    Args:
+        dispatcher: the aiogram dispatcher.
+        bot: the bot the updates are for.
+        idem: the guard whose store holds the inbox (default: the one of the
+            :class:`IdempotencyMiddleware` registered on ``dispatcher.update``; without
+            either the update is fed unbound).
 
     Raises (from the returned dispatch):
         MalformedUpdateError: aiogram cannot parse the update (a retry never could: the
@@ -321,7 +329,11 @@ def inbox_dispatch(dispatcher: Dispatcher, bot: Bot) -> Callable[[dict[str, Any]
             raise MalformedUpdateError(
                 f"update {update.get('update_id')} does not parse in aiogram: {exc}"
             ) from exc
-        return await dispatcher.feed_update(bot, parsed, **{UNGUARDED: True})
+        guard = idem if idem is not None else idem_of(dispatcher)
+        if guard is None:
+            return await dispatcher.feed_update(bot, parsed)
+        admitted = guard.adopt(update, bot_id=bot.id)
+        return await admitted.run(lambda: dispatcher.feed_update(bot, parsed))
 
     return dispatch
 

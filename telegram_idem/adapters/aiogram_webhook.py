@@ -1,11 +1,12 @@
-"""Fast-ack webhook for aiogram: claim the update, answer, process in the background.
+"""Fast-ack webhook for aiogram: admit the update, answer, process in the background.
 
 Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
 ``setWebhook``; docs/design/failures.md). This handler decides *before* it answers: it checks the
-request (:mod:`~telegram_idem.adapters.webhook_checks`), claims the update guard, answers
-by the admission rule (:mod:`telegram_idem.admission`), then feeds the update to the
-dispatcher in a background task with the claim attached, so the
-:class:`~telegram_idem.adapters.aiogram.IdempotencyMiddleware` does not claim again.
+request (:mod:`~telegram_idem.adapters.webhook_checks`), admits the update
+(:meth:`telegram_idem.Idem.admit`), answers by the outcome (:mod:`telegram_idem.admission`),
+then runs the admitted update (:meth:`~telegram_idem.admitted.Admitted.run`: the
+dispatcher's ``feed_update`` in a background task, the update bound as admitted), so the
+:class:`~telegram_idem.adapters.aiogram.IdempotencyMiddleware` does not admit it again.
 
 Two ways to mount it: :class:`FastAckWebhook` (``app.router.add_post(path, hook.handle)``)
 or :class:`IdempotentRequestHandler`, a drop-in for aiogram's ``SimpleRequestHandler``
@@ -18,11 +19,13 @@ update in progress elsewhere is lost; the middleware warns when it finds itself 
 | new update                                     | 200, processed in background         |
 | duplicate of a completed (or failed) update    | 200, not processed                   |
 | in progress elsewhere (holder's lease alive)   | 503: Telegram re-sends later         |
-| unknown update type                            | 200, fed to aiogram untouched        |
+| unknown update type                            | as any update; fed to aiogram untouched |
 | store outage, ``fail_closed`` (default)        | 503: Telegram re-sends later         |
 | store outage, ``fail_open``                    | 200, processed unguarded             |
 | JSON with an integer ``update_id`` that        | 200; the claim is stored as a failure|
 | aiogram cannot parse                           | with the parse error, logged ERROR   |
+|                                                | (503 during a store outage, either   |
+|                                                | policy, so it is recorded later)     |
 | ``background=False`` and processing fails      | 500: Telegram re-sends               |
 
 The background task lives in this process: a crash after the 200 loses the update until
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Literal
+from typing import Any
 
 from aiogram import Bot, Dispatcher
 from aiogram.methods import TelegramMethod
@@ -42,16 +45,15 @@ from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
 from pydantic import ValidationError
 
-from telegram_idem.adapters.aiogram import CLAIM, UNGUARDED
 from telegram_idem.adapters.webhook_checks import (
     DEFAULT_MAX_BODY,
     DEFAULT_READ_TIMEOUT,
     read_update,
 )
-from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
+from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem.admitted import Admitted
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
-from telegram_idem.updates import KNOWN_UPDATE_TYPES
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["FastAckWebhook", "IdempotentRequestHandler"]
@@ -72,7 +74,8 @@ class FastAckWebhook:
             secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes.
         read_timeout: seconds the request body may take to arrive (then 408).
-        on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` processes unguarded.
+        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+            value): ``"fail_closed"`` answers 503; ``"fail_open"`` processes unguarded.
         background: ``False`` processes before answering (the slow shape of docs/design/incident.md;
             only for demonstrations — Telegram re-sends after ~60 s).
         data: extra keyword data for every ``feed_update`` (like ``SimpleRequestHandler``'s
@@ -81,8 +84,8 @@ class FastAckWebhook:
             its own, so an error names the class the user built).
 
     Raises:
-        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, or
-            a malformed one.
+        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
+            malformed one, or an unknown ``on_store_error``.
     """
 
     def __init__(
@@ -95,7 +98,7 @@ class FastAckWebhook:
         allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
-        on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         background: bool = True,
         data: dict[str, Any] | None = None,
         where: str = "FastAckWebhook",
@@ -108,7 +111,7 @@ class FastAckWebhook:
         )
         self.max_body = max_body
         self.read_timeout = read_timeout
-        self.on_store_error = on_store_error
+        self.on_store_error = StorePolicy.of(on_store_error)
         self.background = background
         self.data: dict[str, Any] = dict(data or {})
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -132,31 +135,18 @@ class FastAckWebhook:
             problem: ValidationError | None = None
         except ValidationError as exc:
             update, problem = None, exc
-        extra: dict[str, Any] = {}
-        if problem is not None or any(kind in raw for kind in KNOWN_UPDATE_TYPES):
-            try:
-                claim = await self.idem.admit_update(raw, bot_id=self.bot.id, wait=0.0)
-            except StoreError:
-                if self.on_store_error == "fail_closed":
-                    log.warning("store outage: update %s refused with 503", raw["update_id"])
-                    raise web.HTTPServiceUnavailable(text="store unavailable") from None
-                log.error("store outage: update %s processed unguarded", raw["update_id"])
-                extra = {UNGUARDED: True}
-            else:
-                verdict = verdict_for(claim.outcome)
-                if verdict is Verdict.NOT_YET:
-                    log.warning(
-                        "update %s is in progress elsewhere: answered %d so Telegram re-sends it",
-                        raw["update_id"],
-                        NOT_YET_STATUS,
-                    )
-                    raise web.HTTPServiceUnavailable(text="in progress elsewhere")
-                if verdict is Verdict.DUPLICATE:
-                    return web.Response(text="duplicate")
-                extra = {CLAIM: claim}
+        # An update aiogram cannot parse cannot run unguarded either: it is recorded.
+        policy = self.on_store_error if update is not None else StorePolicy.FAIL_CLOSED
+        admitted = await self.idem.admit(raw, bot_id=self.bot.id, store_policy=policy)
+        if not admitted.acknowledged:  # NOT_YET, UNAVAILABLE: Telegram re-sends
+            raise web.HTTPServiceUnavailable(text=_REFUSED[admitted.outcome])
+        if admitted.outcome is Admission.DUPLICATE:
+            return web.Response(text="duplicate")
         if update is None:
-            return await self._unparseable(raw, problem, extra)
-        task = asyncio.create_task(self._feed(update, {**self.data, **extra}))
+            assert problem is not None  # only an update that did not parse comes here
+            await admitted.fail(problem, source="aiogram")
+            return web.Response(text="update does not parse; recorded as failed")
+        task = asyncio.create_task(self._run(admitted, update))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if not self.background:
@@ -166,24 +156,9 @@ class FastAckWebhook:
                 raise web.HTTPInternalServerError(text="update failed") from None
         return web.Response(text="ok")
 
-    async def _unparseable(
-        self, raw: dict[str, Any], problem: ValidationError | None, extra: dict[str, Any]
-    ) -> web.Response:
-        """Acknowledge an update aiogram cannot parse (a re-send could never parse either)
-        and record it where an operator sees it: the claim stored as a failure."""
-        claim = extra.get(CLAIM)
-        if claim is not None:
-            assert problem is not None  # only an update that did not parse comes here
-            await self.idem.fail_update(claim, problem, source="aiogram")
-        else:  # fail-open outage: nothing could be recorded
-            log.error("update %s does not parse in aiogram: %s", raw["update_id"], problem)
-        return web.Response(text="update does not parse; recorded as failed")
-
-    async def _feed(self, update: Update, extra: dict[str, Any]) -> None:
+    async def _run(self, admitted: Admitted, update: Update) -> None:
         try:
-            result = await self.dispatcher.feed_update(self.bot, update, **extra)
-            if isinstance(result, TelegramMethod):  # a handler answered with a method
-                await self.dispatcher.silent_call_request(bot=self.bot, result=result)
+            await admitted.run(lambda: self._feed(update))
         except Exception:
             if not self.background:
                 log.exception(
@@ -193,20 +168,24 @@ class FastAckWebhook:
             log.exception(
                 "update %s failed after its 200 (Telegram does not re-send it); %s",
                 update.update_id,
-                await self._claim_after_failure(extra),
+                await self._claim_after_failure(admitted),
             )
 
-    async def _claim_after_failure(self, extra: dict[str, Any]) -> str:
+    async def _feed(self, update: Update) -> None:
+        result = await self.dispatcher.feed_update(self.bot, update, **self.data)
+        if isinstance(result, TelegramMethod):  # a handler answered with a method
+            await self.dispatcher.silent_call_request(bot=self.bot, result=result)
+
+    async def _claim_after_failure(self, admitted: Admitted) -> str:
         """What became of a failed update's claim, as the store says now.
 
-        The middleware released the claim when the handler raised, or logged that it
-        could not; releasing again with the same token is harmless and tells which.
+        :meth:`Admitted.run` released the claim when the handler raised, or logged that
+        it could not; releasing again with the same token is harmless and tells which.
         """
-        claim = extra.get(CLAIM)
-        if claim is None:
+        if admitted.claim is None:
             return "it was processed without a claim (unguarded), so nothing holds it"
         try:
-            released = await self.idem.store.release(claim.record.key, claim.token)
+            released = await self.idem.store.release(admitted.key, admitted.claim.token)
         except StoreError:
             return (
                 "its claim could not be released (store unavailable): it frees when its "
@@ -220,6 +199,12 @@ class FastAckWebhook:
         """Wait for background work to finish (graceful shutdown), at most ``limit`` s."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=limit)
+
+
+_REFUSED = {
+    Admission.NOT_YET: "in progress elsewhere",
+    Admission.UNAVAILABLE: "store unavailable",
+}
 
 
 class IdempotentRequestHandler(SimpleRequestHandler):
@@ -260,7 +245,7 @@ class IdempotentRequestHandler(SimpleRequestHandler):
         allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
-        on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         shutdown_grace: float = 30.0,
         **data: Any,
     ) -> None:

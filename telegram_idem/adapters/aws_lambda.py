@@ -28,7 +28,7 @@ The function receives two kinds of events:
 | ``invoke`` failed otherwise (throttled, timeout) | 503, claim released: Telegram re-sends |
 | store outage, ``fail_closed`` (default)          | 503: Telegram re-sends later           |
 | store outage, ``fail_open``                      | 200, worker processes unguarded        |
-| unknown update type (Bot API "Update")           | 200, worker processes it unguarded     |
+| unknown update type (Bot API "Update")           | as any update (guarded by update_id)   |
 
 An update the framework cannot parse is JSON with an integer ``update_id``: it is
 answered 200 and queued; ``process`` raises in the worker, Lambda retries the async event
@@ -95,19 +95,17 @@ import importlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
-from telegram_idem.context import bind_update
+from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem.admitted import Admitted
 from telegram_idem.errors import (
     ConfigurationError,
     MalformedUpdateError,
-    StoreError,
     UpdateInProgressError,
 )
 from telegram_idem.guard import Idem
-from telegram_idem.records import Claim
-from telegram_idem.updates import KNOWN_UPDATE_TYPES, validate_update
+from telegram_idem.updates import validate_update
 from telegram_idem.webhook_secret import (
     DEFAULT_MAX_BODY,
     SECRET_HEADER,
@@ -134,12 +132,16 @@ INLINE_FALLBACK_ERRORS = frozenset({"AccessDeniedException", "RequestEntityTooLa
 ``RequestEntityTooLargeException``: the payload exceeds the async invocation limit."""
 
 Process = Callable[[dict[str, Any]], Awaitable[object]]
-"""Processes one update (a Bot API dict), with the update bound: feed your dispatcher.
-It must not claim the update guard again (aiogram: ``dp.feed_raw_update(bot, update,
-idem_unguarded=True)``; PTB: ``app.process_update(Update.de_json(update, app.bot))`` with
-no guard installed)."""
+"""Processes one update (a Bot API dict): feed your dispatcher. The update is bound as
+admitted (:meth:`telegram_idem.admitted.Admitted.run`), so aiogram's
+``IdempotencyMiddleware`` passes it through without claiming it again
+(``await dp.feed_raw_update(bot, update)``); PTB: ``await
+app.process_update(Update.de_json(update, app.bot))``."""
 
-StorePolicy = Literal["fail_closed", "fail_open"]
+_REFUSED = {
+    Admission.NOT_YET: "in progress elsewhere",
+    Admission.UNAVAILABLE: "store unavailable",
+}
 
 
 def _answer(status: int, text: str) -> dict[str, Any]:
@@ -184,14 +186,15 @@ class LambdaOffload:
         allow_unauthenticated: with ``secret_token=None``, accept requests without a
             secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes (after base64 decoding).
-        on_store_error: ``"fail_closed"`` answers 503 on a store outage (Telegram re-sends
+        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+            value): ``"fail_closed"`` answers 503 on a store outage (Telegram re-sends
             later); ``"fail_open"`` processes the update unguarded.
         offload_when: ``(update) -> bool``; ``False`` processes that update inline in the
             webhook invocation (for quick ones). Default: offload every update.
 
     Raises:
-        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, or
-            a malformed one.
+        ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
+            malformed one, or an unknown ``on_store_error``.
     """
 
     def __init__(
@@ -205,7 +208,7 @@ class LambdaOffload:
         secret_token: SecretTokens = None,
         allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
-        on_store_error: StorePolicy = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         offload_when: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self.secret = secret_check(
@@ -216,7 +219,7 @@ class LambdaOffload:
         self.bot_id = bot_id
         self.function_name = function_name
         self.max_body = max_body
-        self.on_store_error: StorePolicy = on_store_error
+        self.on_store_error = StorePolicy.of(on_store_error)
         self.offload_when = offload_when
         self._client: Any = lambda_client
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -311,29 +314,15 @@ class LambdaOffload:
             update = self._read(event)
         except _Refused as refused:
             return _answer(refused.status, refused.text)
-        uid = update["update_id"]
         function = self._function(context)
-        if not any(kind in update for kind in KNOWN_UPDATE_TYPES):
-            return await self._hand_off(update, None, function)
-        try:
-            claim = await self.idem.claim_update(update, bot_id=self.bot_id)
-        except StoreError as exc:
-            if self.on_store_error == "fail_closed":
-                log.warning("store outage: update %s refused with 503 (%s)", uid, exc)
-                return _answer(503, "store unavailable")
-            log.error("store outage: update %s processed unguarded (fail_open)", uid)
-            return await self._hand_off(update, None, function)
-        verdict = verdict_for(claim.outcome)
-        if verdict is Verdict.NOT_YET:
-            log.warning(
-                "update %s is in progress elsewhere: answered %d so Telegram re-sends it",
-                uid,
-                NOT_YET_STATUS,
-            )
-            return _answer(NOT_YET_STATUS, "in progress elsewhere")
-        if verdict is Verdict.DUPLICATE:
+        admitted = await self.idem.admit(
+            update, bot_id=self.bot_id, store_policy=self.on_store_error
+        )
+        if not admitted.acknowledged:  # NOT_YET, UNAVAILABLE: Telegram re-sends
+            return _answer(admitted.webhook_status, _REFUSED[admitted.outcome])
+        if admitted.outcome is Admission.DUPLICATE:
             return _answer(200, "duplicate")
-        return await self._hand_off(update, claim, function)
+        return await self._hand_off(admitted, update, function)
 
     def _function(self, context: Any) -> str:
         name = (
@@ -353,16 +342,16 @@ class LambdaOffload:
         return self._client
 
     async def _hand_off(
-        self, update: dict[str, Any], claim: Claim | None, function: str
+        self, admitted: Admitted, update: dict[str, Any], function: str
     ) -> dict[str, Any]:
         uid = update["update_id"]
         if self.offload_when is not None and not self.offload_when(update):
-            return await self._inline(update, claim)
+            return await self._inline(admitted, update)
         payload: dict[str, Any] = {WORKER_FLAG: True, "update_data": update, "bot_id": self.bot_id}
-        if claim is None:
+        if admitted.claim is None:  # UNGUARDED
             payload["unguarded"] = True
         else:
-            payload["claim"] = {"key": claim.record.key, "token": claim.token}
+            payload["claim"] = {"key": admitted.key, "token": admitted.claim.token}
         try:
             response = await asyncio.to_thread(
                 self._lambda().invoke,
@@ -374,7 +363,7 @@ class LambdaOffload:
             code = _error_code(exc)
             if code in INLINE_FALLBACK_ERRORS:
                 log.warning("invoke refused (%s): update %s processed inline", code, uid)
-                return await self._inline(update, claim)
+                return await self._inline(admitted, update)
             # Refused (nothing queued) or no answer (maybe queued): either way release,
             # so Telegram's re-send can claim anew. A worker that was queued after all
             # only releases with its own token (now stale) and then claims like anyone:
@@ -385,44 +374,23 @@ class LambdaOffload:
                 uid,
                 exc_info=None if code else exc,
             )
-            await self._release(claim)
+            await admitted.release()
             return _answer(503, "could not queue the update")
         status = response.get("StatusCode") if isinstance(response, Mapping) else None
         if status not in (200, 202):
             log.error("invoke answered %s: update %s answered 503", status, uid)
-            await self._release(claim)
+            await admitted.release()
             return _answer(503, "could not queue the update")
         return _answer(200, "queued")
 
-    async def _release(self, claim: Claim | None) -> None:
-        if claim is None:
-            return
+    async def _inline(self, admitted: Admitted, update: dict[str, Any]) -> dict[str, Any]:
         try:
-            await self.idem.store.release(claim.record.key, claim.token)
-        except StoreError:
-            log.warning("could not release %s; it frees when its lease ends", claim.record.key)
-
-    async def _inline(self, update: dict[str, Any], claim: Claim | None) -> dict[str, Any]:
-        uid = update["update_id"]
-        ran = False
-
-        async def call() -> object:
-            nonlocal ran
-            result = await self.process(update)
-            ran = True
-            return result
-
-        try:
-            if claim is None:
-                with bind_update(update, bot_id=self.bot_id, idem=self.idem):
-                    await call()
-            else:
-                await self.idem.process_update(update, call, bot_id=self.bot_id, claim=claim)
+            await admitted.run(lambda: self.process(update))
         except Exception:
-            if ran:
-                log.exception("update %s processed but its completion was not stored", uid)
-                return _answer(200, "processed")
-            log.exception("update %s failed inline; answered 500 so Telegram re-sends", uid)
+            log.exception(
+                "update %s failed inline; answered 500 so Telegram re-sends",
+                update["update_id"],
+            )
             return _answer(500, "update failed")
         return _answer(200, "processed")
 
@@ -438,17 +406,9 @@ class LambdaOffload:
         if event.get("bot_id", self.bot_id) != self.bot_id:
             log.error("worker event for bot %s refused by bot %s", event["bot_id"], self.bot_id)
             return _answer(400, "bad worker event: another bot's update")
-        ran = False
-
-        async def call() -> object:
-            nonlocal ran
-            result = await self.process(update)
-            ran = True
-            return result
-
-        if event.get("unguarded") is True:
-            with bind_update(update, bot_id=self.bot_id, idem=self.idem):
-                await call()
+        if event.get("unguarded") is True:  # the webhook invocation failed open
+            unguarded = self.idem.adopt(update, bot_id=self.bot_id, outcome=Admission.UNGUARDED)
+            await unguarded.run(lambda: self.process(update))
             return _answer(200, "processed")
         handover = event.get("claim")
         if handover is not None:
@@ -463,30 +423,22 @@ class LambdaOffload:
                 return _answer(400, "bad worker event: claim does not match the update")
             # End the webhook invocation's lease, only if its token still holds the key.
             await self.idem.store.release(key, token)
-        claim = await self.idem.claim_update(update, bot_id=self.bot_id)
-        verdict = verdict_for(claim.outcome)
-        if verdict is Verdict.NOT_YET:
+        admitted = await self.idem.admit(update, bot_id=self.bot_id)
+        if admitted.outcome is Admission.UNAVAILABLE:
+            assert admitted.error is not None
+            raise admitted.error  # Lambda retries the event
+        if admitted.outcome is Admission.NOT_YET:
             # Another holder runs it. If that holder is dead (e.g. this event's own first
             # attempt, killed by the function timeout), only a retry of this event will
             # ever run the update: fail, so Lambda retries after its lease has ended.
             raise UpdateInProgressError(
                 f"update {uid} is being processed by another holder; retry later",
-                key=claim.record.key,
-                record=claim.record,
+                key=admitted.key,
+                record=admitted.claim.record if admitted.claim is not None else None,
             )
-        if verdict is Verdict.DUPLICATE:
-            log.info("worker skipped update %s: already processed (%s)", uid, claim.outcome)
+        if admitted.outcome is Admission.DUPLICATE:
+            log.info("worker skipped update %s: already processed", uid)
             return _answer(200, "skipped")
-        try:
-            await self.idem.process_update(update, call, bot_id=self.bot_id, claim=claim)
-        except Exception:
-            if not ran:
-                raise  # claim released: Lambda's retry of this event runs it again
-            # Raising now would make Lambda retry and run the update a second time.
-            log.exception(
-                "update %s processed but its completion was not stored; a re-delivery after "
-                "the lease (%s s) would run it again",
-                uid,
-                self.idem.lease,
-            )
+        # What process raised propagates, its claim released: Lambda's retry runs it again.
+        await admitted.run(lambda: self.process(update))
         return _answer(200, "processed")

@@ -50,9 +50,9 @@ handlers ran, and a failed update was never retried. Calling it raises a
 :class:`~telegram_idem.errors.ConfigurationError` that names the processor.
 
 Updates of a type this version does not know (PTB keeps unknown fields in
-``Update.api_kwargs``; Bot API, "Update": new types appear over time) and objects that are
-not a ``telegram.Update`` (custom ``update_queue`` items) are passed to PTB untouched and
-unguarded.
+``Update.api_kwargs``; Bot API, "Update": new types appear over time) are admitted like any
+other and passed to PTB untouched; objects that are not a ``telegram.Update`` (custom
+``update_queue`` items) are passed to PTB unguarded.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ from telegram_idem.adapters.ptb_common import (
     AnyApplication,
     AnyContext,
     Run,
-    StorePolicy,
     idem_of,
     register_guard,
     update_to_dict,
@@ -83,6 +82,7 @@ from telegram_idem.adapters.ptb_processor import (
     IdempotentUpdateProcessor,
 )
 from telegram_idem.adapters.ptb_webhook import ptb_webhook, ptb_webhook_app
+from telegram_idem.admission import StorePolicy
 from telegram_idem.context import UpdateContext, bind_update, current_update
 from telegram_idem.decorator import FingerprintSource
 from telegram_idem.decorator import idempotent as _idempotent
@@ -224,7 +224,7 @@ def inbox_dispatch(
     """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for PTB.
 
     Feeds each admitted update to ``application.process_update`` with the update bound
-    (so ``@idempotent`` works) and raises when a handler raised — PTB hands handler
+    as admitted (:meth:`telegram_idem.Idem.adopt`, so ``@idempotent`` works) and raises when a handler raised — PTB hands handler
     errors to its error handlers instead of raising, so a first error handler records
     them — so the worker retries or dead-letters the entry. Call after
     ``await application.initialize()``.
@@ -262,9 +262,8 @@ def inbox_dispatch(
             ) from exc
         run = Run()
         reset = RUN.set(run)
-        try:
-            with bind_update(update, bot_id=bot, idem=idem):
-                await application.process_update(parsed)
+        try:  # the inbox owns the update: run it bound as admitted, no claim
+            await idem.adopt(update, bot_id=bot).run(lambda: application.process_update(parsed))
         finally:
             run.finished = True
             RUN.reset(reset)

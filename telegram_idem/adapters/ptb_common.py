@@ -11,32 +11,26 @@ import logging
 import weakref
 from collections.abc import Awaitable, Mapping
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any
 
 from telegram import Update
 from telegram.ext import Application, CallbackContext
 
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import Idem
-from telegram_idem.updates import KNOWN_UPDATE_TYPES
 
 __all__ = [
     "IDEM_KEY",
     "AnyApplication",
     "AnyContext",
-    "StorePolicy",
     "application_of",
     "close_unrun",
     "idem_of",
-    "is_known",
     "register_guard",
     "update_to_dict",
 ]
 
 log = logging.getLogger("telegram_idem.ptb")
-
-StorePolicy = Literal["fail_closed", "fail_open"]
-"""What to do when the store cannot answer a claim (:class:`StoreError`)."""
 
 IDEM_KEY = "idem"
 """``context.bot_data`` key that :func:`idem_of` also reads (an :class:`Idem` you put
@@ -77,12 +71,6 @@ def _strip_false_defaults(value: Any) -> Any:
     if isinstance(value, list):
         return [_strip_false_defaults(v) for v in value]
     return value
-
-
-def is_known(update: Mapping[str, Any]) -> bool:
-    """Whether the update has a type this version of the library knows (others pass
-    through PTB unguarded: Bot API, "Update": new types appear over time)."""
-    return any(kind in update for kind in KNOWN_UPDATE_TYPES)
 
 
 def register_guard(application: AnyApplication, idem: Idem) -> None:

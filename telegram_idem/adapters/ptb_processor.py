@@ -22,19 +22,17 @@ from telegram_idem.adapters.ptb_common import (
     AnyApplication,
     AnyContext,
     Run,
-    StorePolicy,
     application_of,
     close_unrun,
-    is_known,
     log,
     register_guard,
     update_to_dict,
 )
-from telegram_idem.admission import DEFAULT_OUTAGE_WAIT, Verdict, verdict_for
-from telegram_idem.errors import ConfigurationError, StoreError, UpdateInProgressError
+from telegram_idem.admission import DEFAULT_OUTAGE_WAIT, Admission, StorePolicy, StorePolicyLike
+from telegram_idem.admitted import Admitted
+from telegram_idem.errors import ConfigurationError, UpdateInProgressError
 from telegram_idem.guard import Idem
 from telegram_idem.ordering import DEFAULT_ORDERING, Ordering
-from telegram_idem.records import Claim
 from telegram_idem.updates import bot_id_from_token
 
 __all__ = ["DEFAULT_HANDLER_TIMEOUT", "TAKEOVER_MARGIN", "IdempotentUpdateProcessor"]
@@ -61,9 +59,10 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
     one update at a time per ordering unit (chat; callback queries in a lane of their own).
 
     Use with ``ApplicationBuilder().concurrent_updates(IdempotentUpdateProcessor(idem, 8))``.
-    For each ``telegram.Update`` of a known type it admits the update guard key
+    For each ``telegram.Update`` (of any type: one this version does not know is
+    admitted the same way and reaches PTB untouched) it admits the update guard key
     ``{bot_id}:u:{update_id}`` (bot id: the number before ``:`` in the token) with
-    :meth:`Idem.admit_update`, then, by the verdict (:mod:`telegram_idem.admission`):
+    :meth:`Idem.admit`, then, by the outcome (:mod:`telegram_idem.admission`):
 
     * ``RUN`` (new, or taken over from a holder whose lease ended): runs every handler group
       with the update bound (``@idempotent``, steps and :meth:`Idem.chat_lock` work in
@@ -77,7 +76,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
       alive after the wait is logged at ERROR and an
       :class:`~telegram_idem.errors.UpdateInProgressError` goes to the error handlers:
       PTB confirms the update regardless, so it is never dropped silently;
-    * store outage: the ``on_store_error`` policy below.
+    * ``UNAVAILABLE`` / ``UNGUARDED`` (store outage): the ``on_store_error`` policy below.
 
     Ordering (``ordered=True``, the default): updates with the same ordering key
     (:meth:`telegram_idem.ordering.Ordering.key` of ``ordering``, the rule the inbox
@@ -122,7 +121,8 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
     Args:
         idem: the guard (the caller owns it: :meth:`shutdown` does not close it).
         max_concurrent_updates: updates processed at once (≥ 1; ``ValueError`` otherwise).
-        on_store_error: ``"fail_closed"`` (default): the update keeps trying its claim
+        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+            value). ``"fail_closed"`` (default): the update keeps trying its claim
             for ``outage_wait`` seconds, then is not processed, an ERROR is logged and the
             :class:`StoreError` is given to the error handlers.
             With PTB's own polling or webhook server the update is acknowledged to
@@ -150,7 +150,8 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
     Raises:
         ValueError: ``max_concurrent_updates`` < 1, ``in_progress_wait`` or
             ``outage_wait`` < 0, or ``handler_timeout`` not > 0 (and not ``None``).
-        ConfigurationError: ``ordering`` given together with ``ordered=False``.
+        ConfigurationError: ``ordering`` given together with ``ordered=False``, or an
+            unknown ``on_store_error``.
     """
 
     __slots__ = (
@@ -176,7 +177,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         idem: Idem,
         max_concurrent_updates: int = 1,
         *,
-        on_store_error: StorePolicy = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         bot_id: int | None = None,
         ordered: bool = True,
         ordering: Ordering | None = None,
@@ -199,17 +200,17 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
                 "ordering= was given with ordered=False, which turns ordering off: drop one"
             )
         self.idem = idem
-        self.on_store_error: StorePolicy = on_store_error
+        self.on_store_error = StorePolicy.of(on_store_error)
         self.bot_id = bot_id
         self.ordered = ordered
         self.ordering: Ordering | None = (ordering or DEFAULT_ORDERING) if ordered else None
         self.in_progress_wait = wait
-        self.outage_wait = outage if on_store_error == "fail_closed" else 0.0
+        self.outage_wait = outage if self.on_store_error is StorePolicy.FAIL_CLOSED else 0.0
         self.handler_timeout = handler_timeout
         self._places = asyncio.Semaphore(max_concurrent_updates)
         self._busy = 0
         self._order = KeyedLocks()
-        self._handed_over: dict[tuple[int, int], Claim] = {}
+        self._handed_over: dict[tuple[int, int], Admitted] = {}
         self._attached: weakref.WeakSet[AnyApplication] = weakref.WeakSet()
         self._checked: weakref.WeakSet[AnyApplication] = weakref.WeakSet()
 
@@ -245,11 +246,11 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         application.error_handlers.update(others)
         self._attached.add(application)
 
-    def hand_over(self, claim: Claim, *, bot_id: int, update_id: int) -> None:
-        """Give the processor a claim acquired before the update was queued (a webhook
-        that claimed before answering): the update ``update_id`` of ``bot_id`` then runs
-        under that claim instead of being admitted again."""
-        self._handed_over[(bot_id, update_id)] = claim
+    def hand_over(self, admitted: Admitted) -> None:
+        """Give the processor an update admitted before it was queued (a webhook that
+        admitted it before answering): that update then runs under this admission
+        instead of being admitted again."""
+        self._handed_over[(admitted.bot_id, admitted.update_id)] = admitted
 
     async def _on_error(self, update: object, context: AnyContext) -> None:
         run = RUN.get()
@@ -355,53 +356,40 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         if application is not None:
             self.attach(application)
             self._check_ingress(application)
-        if not isinstance(update, Update) or raw is None or not is_known(raw):
+        if not isinstance(update, Update) or raw is None:
             await coroutine
             return
         try:
             bot_id = self._bot_id(update, application)
-            claim = self._handed_over.pop((bot_id, update.update_id), None)
-            if claim is None:
-                claim = await self.idem.admit_update(
-                    raw, bot_id=bot_id, wait=self.in_progress_wait, outage_wait=self.outage_wait
+            admitted = self._handed_over.pop((bot_id, update.update_id), None)
+            if admitted is None:
+                admitted = await self.idem.admit(
+                    raw,
+                    bot_id=bot_id,
+                    wait=self.in_progress_wait,
+                    outage_wait=self.outage_wait,
+                    store_policy=self.on_store_error,
                 )
-        except StoreError as exc:
-            if self.on_store_error == "fail_open":
-                log.error(
-                    "store outage: update %s processed unguarded (fail_open)", update.update_id
-                )
-                await coroutine
-                return
-            close_unrun(coroutine)
-            log.error(
-                "store outage: update %s LOST: not processed (fail_closed) after trying its "
-                "claim for %s s; PTB had already confirmed it to Telegram, which will not "
-                "re-send it: %s. For updates that survive a store outage use ptb_webhook "
-                "(answers 503) or the durable inbox (PollingIngress + ptb_get_updates + "
-                "InboxWorker)",
-                update.update_id,
-                self.outage_wait,
-                exc,
-            )
-            await self._report(application, update, exc)
-            return
         except Exception as exc:
             close_unrun(coroutine)
             log.error("update %s not processed", update.update_id, exc_info=exc)
             await self._report(application, update, exc)
             return
-        if verdict_for(claim.outcome) is Verdict.DUPLICATE:
+        if admitted.outcome is Admission.DUPLICATE:
             close_unrun(coroutine)  # completed before: its handlers never run again
             return
-        await self._run_claimed(update, raw, coroutine, bot_id, claim, application)
+        if admitted.outcome is Admission.UNAVAILABLE:
+            close_unrun(coroutine)  # fail-closed: logged by the admission (LOST)
+            assert admitted.error is not None
+            await self._report(application, update, admitted.error)
+            return
+        await self._run(update, coroutine, admitted, application)
 
-    async def _run_claimed(
+    async def _run(
         self,
         update: Update,
-        raw: dict[str, Any],
         coroutine: Awaitable[Any],
-        bot_id: int,
-        claim: Claim,
+        admitted: Admitted,
         application: AnyApplication | None,
     ) -> None:
         run = Run()
@@ -421,7 +409,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
 
         reset = RUN.set(run)
         try:
-            await self.idem.process_update(raw, call, bot_id=bot_id, claim=claim)
+            await admitted.run(call)
         except _HandlerFailed:
             log.info(
                 "update %s: a handler raised; claim released so a re-delivery runs it again",
@@ -454,16 +442,7 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
             )
             await self._report(application, update, exc)
         except Exception as exc:
-            if run.ran:
-                log.error(
-                    "update %s was processed but its completion was not stored (%s); a "
-                    "re-delivery after the lease (%s s) would run it again",
-                    update.update_id,
-                    exc,
-                    self.idem.lease,
-                )
-            else:
-                log.error("update %s failed outside its handlers", update.update_id, exc_info=exc)
+            log.error("update %s failed outside its handlers", update.update_id, exc_info=exc)
             await self._report(application, update, exc)
         finally:
             run.finished = True

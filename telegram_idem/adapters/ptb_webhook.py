@@ -2,11 +2,11 @@
 
 PTB's own webhook server (``run_webhook``) puts each update in the update queue and
 answers ``200`` at once, so nothing that happens after (a store outage, an update still
-in progress elsewhere) can make Telegram re-send it. This request handler claims the
-update guard first and answers by the shared admission rule
+in progress elsewhere) can make Telegram re-send it. This request handler admits the
+update first (:meth:`telegram_idem.Idem.admit`) and answers by the outcome
 (:mod:`telegram_idem.admission`); then the application's
 :class:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor` runs the update under that
-claim.
+admission (:meth:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor.hand_over`).
 
 | request                                           | answer                              |
 |---------------------------------------------------|-------------------------------------|
@@ -16,7 +16,7 @@ claim.
 | not JSON, or no integer ``update_id``             | 400: not an update, nothing recorded |
 | integer ``update_id``, PTB cannot parse it        | 200; the claim stored as a failure with the parse error, logged ERROR on ``telegram_idem.webhook`` (503 during a store outage, so it is recorded later) |
 | the application is not running                    | 503 (re-sent later)                 |
-| update of a type this version does not know       | 200, queued untouched (unguarded)   |
+| update of a type this version does not know       | as any update; queued untouched     |
 | new update (``RUN``)                              | 200 once claimed; processed from the queue |
 | completed before (``DUPLICATE``)                  | 200, not processed                  |
 | in progress elsewhere (``NOT_YET``)               | 503: re-sent, run by takeover after the holder's lease |
@@ -38,15 +38,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 from telegram import Update
 
-from telegram_idem.adapters.ptb_common import AnyApplication, is_known
+from telegram_idem.adapters.ptb_common import AnyApplication
 from telegram_idem.adapters.ptb_processor import IdempotentUpdateProcessor
 from telegram_idem.adapters.webhook_checks import (
     DEFAULT_MAX_BODY,
     DEFAULT_READ_TIMEOUT,
     read_update,
 )
-from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
-from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.admission import Admission, StorePolicy
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import Idem
 from telegram_idem.updates import bot_id_from_token
 from telegram_idem.webhook_secret import SecretTokens, secret_check
@@ -57,6 +57,12 @@ log = logging.getLogger("telegram_idem.webhook")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 """An aiohttp request handler."""
+
+
+_REFUSED = {
+    Admission.NOT_YET: "in progress elsewhere; re-send",
+    Admission.UNAVAILABLE: "store unavailable",
+}
 
 
 def _processor(application: AnyApplication, idem: Idem) -> IdempotentUpdateProcessor:
@@ -144,39 +150,26 @@ def ptb_webhook(
         raw = await read_update(
             request, secret=secret, max_body=max_body, read_timeout=read_timeout
         )
-        uid = raw["update_id"]
         try:
             update: Update | None = Update.de_json(raw, application.bot)
             problem: Exception | None = None
-        except Exception as exc:  # claimed below, then recorded as failed
+        except Exception as exc:  # admitted below, then recorded as failed
             update, problem = None, exc
-        if update is not None:
-            if not application.running:
-                raise web.HTTPServiceUnavailable(text="application not running")
-            if not is_known(raw):
-                await application.update_queue.put(update)
-                return web.Response(text="ok")
-        try:
-            claim = await idem.admit_update(raw, bot_id=bot, wait=0)
-        except StoreError as exc:
-            # An update PTB cannot parse cannot be processed unguarded either.
-            if update is None or processor.on_store_error == "fail_closed":
-                log.warning("store outage: update %s refused with 503: %s", uid, exc)
-                raise web.HTTPServiceUnavailable(text="store unavailable") from None
-            log.error("store outage: update %s queued unguarded (fail_open)", uid)
-            await application.update_queue.put(update)
-            return web.Response(text="ok")
-        verdict = verdict_for(claim.outcome)
-        if verdict is Verdict.NOT_YET:
-            return web.Response(status=NOT_YET_STATUS, text="in progress elsewhere; re-send")
-        if verdict is Verdict.DUPLICATE:
+        if update is not None and not application.running:
+            raise web.HTTPServiceUnavailable(text="application not running")
+        # An update PTB cannot parse cannot be processed unguarded either: it is recorded.
+        policy = processor.on_store_error if update is not None else StorePolicy.FAIL_CLOSED
+        admitted = await idem.admit(raw, bot_id=bot, store_policy=policy)
+        if not admitted.acknowledged:  # NOT_YET, UNAVAILABLE: Telegram re-sends
+            return web.Response(status=admitted.webhook_status, text=_REFUSED[admitted.outcome])
+        if admitted.outcome is Admission.DUPLICATE:
             return web.Response(text="duplicate")
         if update is None:
             # Acknowledged (a re-send could never parse either) and recorded as failed.
             assert problem is not None
-            await idem.fail_update(claim, problem, source="python-telegram-bot")
+            await admitted.fail(problem, source="python-telegram-bot")
             return web.Response(text="update does not parse; recorded as failed")
-        processor.hand_over(claim, bot_id=bot, update_id=update.update_id)
+        processor.hand_over(admitted)
         await application.update_queue.put(update)
         return web.Response(text="ok")
 

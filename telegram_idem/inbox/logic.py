@@ -9,9 +9,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from telegram_idem import machine
-from telegram_idem.admission import Verdict, verdict_for
 from telegram_idem.inbox.base import EntryStatus, InboxEntry, NewEntry
-from telegram_idem.records import Outcome, Record, Status
+from telegram_idem.records import Outcome, Record
 
 __all__ = [
     "admitted_record",
@@ -19,7 +18,6 @@ __all__ = [
     "new_entry",
     "ordering_unit",
     "pick",
-    "refused_verdict",
     "taken",
 ]
 
@@ -34,7 +32,8 @@ def admitted_record(
     no record, a record past its retention, or a claim in progress whose lease has ended
     (its holder died) is admitted, the last by takeover (fencing token + 1, so the dead
     holder can no longer complete it). A completed or failed record, or a claim in
-    progress under a live lease, refuses; :func:`refused_verdict` says which.
+    progress under a live lease, refuses;
+    :func:`telegram_idem.admission.refused_admission` says which.
     """
     claim, new = machine.decide_claim(
         existing, key=key, fingerprint=None, now=now, lease=retention, retention=retention
@@ -44,35 +43,6 @@ def admitted_record(
     return machine.do_complete(
         new, token=new.fencing_token, result=b"null", now=now, retention=retention
     )
-
-
-_OUTCOME_OF_STATUS = {
-    Status.COMPLETED: Outcome.REPLAY,
-    Status.FAILED: Outcome.FAILED,
-    Status.IN_PROGRESS: Outcome.IN_PROGRESS,
-}
-
-
-def refused_verdict(record: Record | None) -> Verdict:
-    """The verdict for an update whose admission wrote nothing, from its update guard
-    record read just after (:mod:`telegram_idem.admission`'s rule).
-
-    Admission refuses only a completed or failed record, or a claim in progress under a
-    live lease, so an in-progress record read after a refusal is another holder's (a
-    webhook shape that processes in-process, sharing the store): ``NOT_YET``, never a
-    duplicate. A completed one is the inbox's own earlier admission or a processed
-    update: ``DUPLICATE``.
-
-    Args:
-        record: ``store.get(update_key)`` after the refused admission.
-
-    Returns:
-        ``DUPLICATE`` for completed or failed; ``NOT_YET`` for in progress, and for no
-        record (it ended between the two reads: the next delivery admits it).
-    """
-    if record is None:
-        return Verdict.NOT_YET
-    return verdict_for(_OUTCOME_OF_STATUS[record.status])
 
 
 def ordering_unit(entry: NewEntry) -> str:

@@ -28,13 +28,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from telegram_idem.admission import Verdict
+from telegram_idem.admission import Admission
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.inbox.entries import Ordering, new_entry, rejected_entry
-from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
-from telegram_idem.logs import log_decision
 from telegram_idem.updates import validate_update
 
 __all__ = ["GetUpdates", "PollingIngress"]
@@ -133,20 +131,21 @@ class PollingIngress:
         if not batch:
             return 0
         entries = [self._entry(item) for item in batch]
-        new_entries = [e for e, _ in entries]
-        results = await self.inbox.admit_many(new_entries, retention=self.idem.update_retention)
-        verdicts = await admission_verdicts(self.idem, new_entries, results)
-        for (entry, update), verdict in zip(entries, verdicts, strict=True):
-            log_decision(
-                boundary="update", key=entry.update_key, decision=DECISIONS[verdict], update=update
-            )
-        admitted = sum(results)
+        admissions = await self.idem.admit_to_inbox(
+            [e for e, _ in entries], [u for _, u in entries], bot_id=self.bot_id, inbox=self.inbox
+        )
+        outcomes = [a.outcome for a in admissions]
+        for a in admissions:
+            if a.outcome is Admission.UNAVAILABLE:  # not admitted (or not told apart)
+                assert a.error is not None
+                raise a.error  # the offset stays: the batch is fetched again
+        admitted = outcomes.count(Admission.RUN)
         self.admitted += admitted
-        self.duplicates += verdicts.count(Verdict.DUPLICATE)
-        self.not_yet += verdicts.count(Verdict.NOT_YET)
+        self.duplicates += outcomes.count(Admission.DUPLICATE)
+        self.not_yet += outcomes.count(Admission.NOT_YET)
         ids = [_update_id(item) for item in batch]
         held = self._held_elsewhere(
-            [uid for uid, v in zip(ids, verdicts, strict=True) if v is Verdict.NOT_YET]
+            [uid for uid, o in zip(ids, outcomes, strict=True) if o is Admission.NOT_YET]
         )
         known = [i for i in ids if i is not None]
         if held is not None:

@@ -1,10 +1,10 @@
 """Fast-ack webhook ingress (aiohttp, no bot framework): check, admit, answer.
 
 Request → secret token (constant time) → body bound and read timeout → JSON with an
-integer ``update_id`` → the update guard claim **and** the inbox entry written together →
-200. The table for every ingress shape is ``docs/answers.md``; a refused admission is
-read back to tell a duplicate from an update in progress elsewhere
-(:mod:`telegram_idem.ingress.refusals`).
+integer ``update_id`` → the update guard claim **and** the inbox entry written together
+(:meth:`telegram_idem.Idem.admit_to_inbox`) → 200. The table for every ingress shape is
+``docs/answers.md``; a refused admission is read back to tell a duplicate from an update
+in progress elsewhere.
 
 | situation                                    | answer                                   |
 |----------------------------------------------|------------------------------------------|
@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 
@@ -46,13 +45,11 @@ from telegram_idem.adapters.webhook_checks import (
     DEFAULT_READ_TIMEOUT,
     read_update,
 )
-from telegram_idem.admission import NOT_YET_STATUS, Verdict
-from telegram_idem.errors import StoreError
+from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.entries import new_entry
 from telegram_idem.inbox.worker import Dispatch
-from telegram_idem.ingress.refusals import DECISIONS, admission_verdicts
-from telegram_idem.logs import log_decision
 from telegram_idem.ordering import Ordering
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
@@ -73,8 +70,10 @@ class WebhookIngress:
             secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes.
         read_timeout: seconds the request body may take to arrive (then 408).
-        on_store_error: ``"fail_closed"`` answers 503; ``"fail_open"`` dispatches the update
-            in-process with ``fail_open_dispatch`` (unguarded) and answers 200.
+        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+            value): ``"fail_closed"`` answers 503; ``"fail_open"`` dispatches the update
+            in-process with ``fail_open_dispatch`` (unguarded, the update bound) and
+            answers 200.
         fail_open_dispatch: required for ``fail_open``.
         on_admitted: called after each new entry (e.g. ``worker.notify``).
         ordering: how entries are ordered (default: chat, split by business connection
@@ -83,8 +82,8 @@ class WebhookIngress:
 
     Raises:
         ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
-            malformed ``secret_token``, the store has no inbox, or ``fail_open`` without
-            ``fail_open_dispatch``.
+            malformed ``secret_token``, the store has no inbox, ``fail_open`` without
+            ``fail_open_dispatch``, or an unknown ``on_store_error``.
     """
 
     def __init__(
@@ -96,14 +95,13 @@ class WebhookIngress:
         allow_unauthenticated: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
-        on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        on_store_error: StorePolicyLike = StorePolicy.FAIL_CLOSED,
         fail_open_dispatch: Dispatch | None = None,
         on_admitted: Callable[[], None] | None = None,
         ordering: Ordering | None = None,
     ) -> None:
-        from telegram_idem.errors import ConfigurationError
-
-        if on_store_error == "fail_open" and fail_open_dispatch is None:
+        on_store_error = StorePolicy.of(on_store_error)
+        if on_store_error is StorePolicy.FAIL_OPEN and fail_open_dispatch is None:
             raise ConfigurationError("fail_open needs fail_open_dispatch to process updates")
         self.idem = idem
         self.inbox = idem.store.inbox()
@@ -133,48 +131,34 @@ class WebhookIngress:
             request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout
         )
         entry = new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering)
-        started = time.perf_counter()
-        try:
-            new = await self.inbox.admit(entry, retention=self.idem.update_retention)
-        except StoreError:
-            if self.on_store_error == "fail_closed":
-                log.warning("store outage: update %s refused with 503", update["update_id"])
-                raise web.HTTPServiceUnavailable(text="store unavailable") from None
-            log.error(
-                "STORE OUTAGE: update %s dispatched unguarded (fail_open)", update["update_id"]
-            )
+        [admitted] = await self.idem.admit_to_inbox(
+            [entry],
+            [update],
+            bot_id=self.bot_id,
+            store_policy=self.on_store_error,
+            inbox=self.inbox,
+        )
+        if admitted.outcome is Admission.NOT_YET:
+            self.not_yet += 1
+        if not admitted.acknowledged:  # NOT_YET, UNAVAILABLE: Telegram re-sends
+            raise web.HTTPServiceUnavailable(text=_REFUSED[admitted.outcome])
+        if admitted.outcome is Admission.DUPLICATE:
+            self.duplicates += 1
+            return web.Response(text="duplicate")
+        if admitted.outcome is Admission.UNGUARDED:
             assert self.fail_open_dispatch is not None
-            task: asyncio.Future[Any] = asyncio.ensure_future(self.fail_open_dispatch(update))
+            dispatch = self.fail_open_dispatch
+            task = asyncio.ensure_future(admitted.run(lambda: dispatch(update)))
             self._unguarded.add(task)
             task.add_done_callback(self._unguarded.discard)
             return web.Response(text="ok (unguarded)")
-        try:
-            [verdict] = await admission_verdicts(self.idem, [entry], [new])
-        except StoreError:
-            # Refused, and the record cannot be read: a duplicate or in progress
-            # elsewhere, never new, so never dispatched unguarded; a re-send decides.
-            log.warning("store outage: refused update %s answered 503", update["update_id"])
-            raise web.HTTPServiceUnavailable(text="store unavailable") from None
-        log_decision(
-            boundary="update",
-            key=entry.update_key,
-            decision=DECISIONS[verdict],
-            update=update,
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-        )
-        if verdict is Verdict.NOT_YET:
-            self.not_yet += 1
-            log.warning(
-                "update %s is in progress elsewhere (another shape holds its claim): "
-                "answered %d so Telegram re-sends it",
-                update["update_id"],
-                NOT_YET_STATUS,
-            )
-            raise web.HTTPServiceUnavailable(text="in progress elsewhere")
-        if verdict is Verdict.DUPLICATE:
-            self.duplicates += 1
-            return web.Response(text="duplicate")
         self.admitted += 1
         if self.on_admitted is not None:
             self.on_admitted()
         return web.Response(text="ok")
+
+
+_REFUSED = {
+    Admission.NOT_YET: "in progress elsewhere",
+    Admission.UNAVAILABLE: "store unavailable",
+}

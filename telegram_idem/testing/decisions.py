@@ -1,12 +1,11 @@
 """Recording the guards' decisions while a test runs.
 
-Every guard decision is one record of the ``telegram_idem.decisions`` logger (see
-:mod:`telegram_idem.logs`). :class:`DecisionRecorder` attaches a handler to it for a
-``with`` block, lowers the logger's level to INFO for that time if it was higher (so
-decisions are recorded whatever logging setup the test suite has), and keeps each
-record as a :class:`Decision`. It also keeps the failures a fast-ack webhook logs for
-updates that failed *after* it answered 200 (logger ``telegram_idem.webhook``), which no
-HTTP client can see::
+Every guard decision is one :class:`~telegram_idem.events.DecisionEvent`.
+:class:`DecisionRecorder` subscribes to them for a ``with`` block
+(:func:`telegram_idem.events.subscribe`), so decisions are recorded whatever logging
+setup the test suite has, and keeps each as a :class:`Decision`. It also keeps the
+failures a fast-ack webhook logs for updates that failed *after* it answered 200 (logger
+``telegram_idem.webhook``), which no HTTP client can see::
 
     with DecisionRecorder() as recorder:
         await dispatcher.feed_raw_update(bot, update)
@@ -17,25 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
-from telegram_idem.logs import decision_logger
+from telegram_idem.events import DecisionEvent, Subscription, subscribe
 
 __all__ = ["BackgroundFailure", "Decision", "DecisionRecorder"]
 
 _webhook_logger = logging.getLogger("telegram_idem.webhook")
-_level_lock = threading.Lock()
-_level_users = 0
-_saved_level = logging.NOTSET
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """One guard decision, as logged.
+    """One guard decision, as recorded.
 
     Attributes:
         boundary: ``"update"``, ``"action"``, ``"step"`` or ``"lock"``.
@@ -75,7 +70,9 @@ def _task_id() -> int | None:
 
 
 class DecisionRecorder(logging.Handler):
-    """A logging handler that keeps guard decisions (use as a context manager).
+    """Keeps the guard decisions made inside its ``with`` block (a decision hook), and
+    the background failures the webhook logs (a logging handler on
+    ``telegram_idem.webhook``).
 
     Args:
         update_ids: keep only decisions about these updates (plus those with no update
@@ -88,32 +85,31 @@ class DecisionRecorder(logging.Handler):
         self.update_ids = set(update_ids) if update_ids is not None else None
         self.decisions: list[Decision] = []
         self.background_failures: list[BackgroundFailure] = []
+        self._subscription: Subscription | None = None
 
     def _wanted(self, update_id: int | None) -> bool:
         return self.update_ids is None or update_id is None or update_id in self.update_ids
 
-    def emit(self, record: logging.LogRecord) -> None:
-        """Keep ``record`` if it is a decision (or a background failure) of interest."""
-        if record.name == _webhook_logger.name:
-            self._background(record)
-            return
-        fields: dict[str, Any] = record.__dict__
-        if "boundary" not in fields or "decision" not in fields:
-            return
-        update_id = fields.get("update_id")
-        if not self._wanted(update_id):
+    def record(self, event: DecisionEvent) -> None:
+        """Keep ``event`` if it is about an update of interest (the decision hook)."""
+        if not self._wanted(event.update_id):
             return
         self.decisions.append(
             Decision(
-                boundary=str(fields["boundary"]),
-                decision=str(fields["decision"]),
-                key=str(fields.get("key", "")),
-                handler=fields.get("handler"),
-                update_id=update_id,
-                fencing_token=fields.get("fencing_token"),
+                boundary=event.boundary,
+                decision=event.decision,
+                key=event.key,
+                handler=event.handler,
+                update_id=event.update_id,
+                fencing_token=event.fencing_token,
                 task=_task_id(),
             )
         )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep ``record`` if it is a background failure of interest."""
+        if record.name == _webhook_logger.name:
+            self._background(record)
 
     def _background(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.ERROR or not record.exc_info:
@@ -127,14 +123,7 @@ class DecisionRecorder(logging.Handler):
             self.background_failures.append(BackgroundFailure(update_id, error))
 
     def __enter__(self) -> Self:
-        global _level_users, _saved_level
-        with _level_lock:
-            if _level_users == 0:
-                _saved_level = decision_logger.level
-                if decision_logger.getEffectiveLevel() > logging.INFO:
-                    decision_logger.setLevel(logging.INFO)
-            _level_users += 1
-        decision_logger.addHandler(self)
+        self._subscription = subscribe(self.record)
         _webhook_logger.addHandler(self)
         return self
 
@@ -144,10 +133,7 @@ class DecisionRecorder(logging.Handler):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        global _level_users
-        decision_logger.removeHandler(self)
         _webhook_logger.removeHandler(self)
-        with _level_lock:
-            _level_users -= 1
-            if _level_users == 0:
-                decision_logger.setLevel(_saved_level)
+        if self._subscription is not None:
+            self._subscription()
+            self._subscription = None

@@ -9,7 +9,7 @@ the bot receives it in production, *including* the bot's own guards:
 | :class:`AiogramTarget` ``(dispatcher, bot)`` | ``dispatcher.feed_raw_update(bot, update)`` (register ``IdempotencyMiddleware`` as in production) | the feed raised |
 | :class:`PTBTarget` ``application`` | ``application.update_processor.process_update(u, application.process_update(u))``, what PTB's update fetcher does, so an ``IdempotentUpdateProcessor`` runs | a handler raised (seen by an error handler the target adds) |
 | :class:`WebhookTarget` ``"http://…"`` | a POST like Telegram's (:class:`~telegram_idem.testing.TelegramDelivery`) | a non-2xx answer, no answer in time, or no connection |
-| :class:`CallableTarget` ``fn(update)`` | ``await fn(update)``; with ``guard=`` inside :meth:`Idem.process_update`, so ``@idempotent`` and steps work | ``fn`` raised |
+| :class:`CallableTarget` ``fn(update)`` | ``await fn(update)``; with ``guard=`` admitted by :meth:`Idem.admit` and run by ``Admitted.run``, so ``@idempotent`` and steps work | ``fn`` raised |
 
 :func:`as_target` picks the target from what it is given. aiogram, python-telegram-bot
 and aiohttp are imported only by the targets that need them.
@@ -22,6 +22,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from telegram_idem.admission import Admission
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.testing.factories import DEFAULT_BOT_ID, DEFAULT_TOKEN
 
@@ -250,9 +251,11 @@ class CallableTarget:
 
     Args:
         fn: processes one update.
-        guard: run ``fn`` inside :meth:`Idem.process_update` (the update guard, with the
-            update bound, so ``@idempotent`` handlers and steps inside ``fn`` work);
-            a duplicate returns :data:`DROPPED` without calling ``fn``.
+        guard: admit each update with :meth:`Idem.admit` and run ``fn`` by
+            ``Admitted.run`` (the update guard, with the update bound, so
+            ``@idempotent`` handlers and steps inside ``fn`` work); a duplicate returns
+            :data:`DROPPED` without calling ``fn``; an update in progress elsewhere
+            raises :class:`~telegram_idem.errors.UpdateInProgressError`.
         bot_id: the receiving bot's id for the guard's keys.
     """
 
@@ -269,10 +272,10 @@ class CallableTarget:
         """Call ``fn`` (under the guard if given); raises what ``fn`` raised."""
         if self.guard is None:
             return await self.fn(update)
-        ran, result = await self.guard.process_update(
-            update, lambda: self.fn(update), bot_id=self.bot_id
-        )
-        return result if ran else DROPPED
+        admitted = await self.guard.admit(update, bot_id=self.bot_id)
+        if admitted.outcome is Admission.DUPLICATE:
+            return DROPPED
+        return await admitted.run(lambda: self.fn(update))
 
     async def close(self) -> None:
         """Nothing to release."""

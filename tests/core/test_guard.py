@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from telegram_idem import (
+    Admission,
     ConfigurationError,
     ConflictError,
     Idem,
@@ -519,44 +520,46 @@ async def test_lock_without_bot_needs_a_bound_update(idem: Idem) -> None:
 # ----------------------------------------------------------------- update guard
 
 
-async def test_process_update_runs_each_update_once(idem: Idem) -> None:
+async def test_admit_runs_each_update_once(idem: Idem) -> None:
     update = load_fixture("techpost_command")
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, Admission | None]] = []
 
     async def handle() -> str:
         ctx = current_update()
-        seen.append((ctx.bot_id, ctx.update["update_id"]))
+        seen.append((ctx.bot_id, ctx.update["update_id"], ctx.admission))
         assert ctx.idem is idem
         return "handled"
 
-    assert await idem.process_update(update, handle, bot_id=BOT) == (True, "handled")
-    assert await idem.process_update(update, handle, bot_id=BOT) == (False, None)
+    first = await idem.admit(update, bot_id=BOT)
+    assert first.outcome is Admission.RUN and first.webhook_status == 200
+    assert await first.run(handle) == "handled"
+    again = await idem.admit(update, bot_id=BOT)
+    assert again.outcome is Admission.DUPLICATE and again.webhook_status == 200
+    with pytest.raises(ConfigurationError):
+        await again.run(handle)  # a duplicate is never run
     # the same update_id for another bot is another update
-    assert await idem.process_update(update, handle, bot_id=BOT + 1) == (True, "handled")
-    assert seen == [(BOT, 734519001), (BOT + 1, 734519001)]
+    assert await (await idem.admit(update, bot_id=BOT + 1)).run(handle) == "handled"
+    assert seen == [(BOT, 734519001, Admission.RUN), (BOT + 1, 734519001, Admission.RUN)]
     record = await idem.store.get(idem.keys.update(BOT, 734519001))
     assert record is not None and record.status is Status.COMPLETED
 
 
-async def test_process_update_failure_lets_redelivery_run(idem: Idem) -> None:
+async def test_a_failed_run_lets_the_redelivery_run(idem: Idem) -> None:
     update = load_fixture("callback_delete")
     body = Counter(RuntimeError("db down"), "ok")
     with pytest.raises(RuntimeError):
-        await idem.process_update(update, body, bot_id=BOT)
-    assert await idem.process_update(update, body, bot_id=BOT) == (True, "ok")
-    assert await idem.process_update(update, body, bot_id=BOT) == (False, None)
+        await (await idem.admit(update, bot_id=BOT)).run(body)
+    assert await (await idem.admit(update, bot_id=BOT)).run(body) == "ok"
+    assert (await idem.admit(update, bot_id=BOT)).outcome is Admission.DUPLICATE
     assert body.calls == 2
 
 
-async def test_process_update_with_a_claim_from_ingress(idem: Idem) -> None:
-    update = load_fixture("callback_delete")
-    claim = await idem.claim_update(update, bot_id=BOT)
-    assert claim.outcome is Outcome.ACQUIRED
-    body = Counter("ok")
-    assert await idem.process_update(update, body, bot_id=BOT, claim=claim) == (True, "ok")
-    dup = await idem.claim_update(update, bot_id=BOT)
-    assert dup.outcome is Outcome.REPLAY
-    assert await idem.process_update(update, body, bot_id=BOT, claim=dup) == (False, None)
+async def test_an_admission_runs_once(idem: Idem) -> None:
+    admitted = await idem.admit(load_fixture("callback_delete"), bot_id=BOT)
+    body = Counter("ok", "again")
+    assert await admitted.run(body) == "ok"
+    with pytest.raises(ConfigurationError):
+        await admitted.run(body)
     assert body.calls == 1
 
 

@@ -44,8 +44,8 @@ async def test_update_guard_logs_each_decision(
     async def call() -> None:
         return None
 
-    await idem.process_update(update, call, bot_id=BOT)
-    await idem.process_update(update, call, bot_id=BOT)
+    await (await idem.admit(update, bot_id=BOT)).run(call)
+    await idem.admit(update, bot_id=BOT)  # a duplicate
     records = decisions(caplog)
     assert len(records) == 2
     first, second = (fields(r) for r in records)

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from aiogram.types import Update as AiogramUpdate
 
-from telegram_idem import ConfigurationError, Idem, MalformedUpdateError, ManualClock, Store
+from telegram_idem import (
+    Admission,
+    ConfigurationError,
+    Idem,
+    MalformedUpdateError,
+    ManualClock,
+    Store,
+)
 from telegram_idem.keys import render_template
 from telegram_idem.testing.delivery import fixture_names, load_fixture
 from telegram_idem.testing.factories import UpdateFactory
@@ -27,6 +34,15 @@ from telegram_idem.updates import (
 )
 
 BOT = 7000000001
+
+
+async def admit_and_run(idem: Idem, update: dict[str, Any], call: Any) -> tuple[bool, Any]:
+    """Admit ``update`` for BOT and run ``call`` if admitted: (ran, result)."""
+    admitted = await idem.admit(update, bot_id=BOT)
+    if admitted.outcome is Admission.DUPLICATE:
+        return False, None
+    return True, await admitted.run(call)
+
 
 # fixture: (update_type, chat_id, user_id, ordering_key)
 EXPECTED: dict[str, tuple[str, int | None, int | None, str | None]] = {
@@ -124,14 +140,10 @@ async def test_malformed_update_is_rejected_by_the_guard(store: Store, clock: Ma
     idem = Idem(store, clock=clock, heartbeat=False)
     with pytest.raises(MalformedUpdateError):
         await idem.claim_update({"update_id": "1"}, bot_id=BOT)
-    ran: list[int] = []
-
-    async def body() -> None:
-        ran.append(1)
-
-    with pytest.raises(MalformedUpdateError):
-        await idem.process_update({"message": {}}, body, bot_id=BOT)
-    assert ran == []
+    for malformed in ({"message": {}}, {"update_id": True}, {"update_id": 1.0}):
+        with pytest.raises(MalformedUpdateError):
+            await idem.admit(malformed, bot_id=BOT)
+    assert await store.get(idem.keys.update(BOT, 1)) is None  # nothing was claimed
 
 
 async def test_random_id_after_silence_is_not_a_duplicate(store: Store, clock: ManualClock) -> None:
@@ -149,13 +161,13 @@ async def test_random_id_after_silence_is_not_a_duplicate(store: Store, clock: M
 
     earlier = [load_fixture(n) for n in ("techpost_command", "callback_delete", "channel_post")]
     for update in earlier:
-        assert (await idem.process_update(update, handler(update), bot_id=BOT))[0]
+        assert (await admit_and_run(idem, update, handler(update)))[0]
     clock.advance(7 * 86400)  # a week of silence
     late = load_fixture("random_id_after_silence")
     assert late["update_id"] < min(u["update_id"] for u in earlier)
-    assert await idem.process_update(late, handler(late), bot_id=BOT) == (True, 19283746)
+    assert await admit_and_run(idem, late, handler(late)) == (True, 19283746)
     # its own re-delivery is still a duplicate
-    assert await idem.process_update(late, handler(late), bot_id=BOT) == (False, None)
+    assert await admit_and_run(idem, late, handler(late)) == (False, None)
     assert handled == [734519001, 734519010, 734519040, 19283746]
 
 
@@ -169,10 +181,10 @@ async def test_lower_id_is_processed_even_while_higher_ids_are_remembered(
         count[0] += 1
 
     high = load_fixture("techpost_command")
-    await idem.process_update(high, call, bot_id=BOT)
+    await admit_and_run(idem, high, call)
     low = load_fixture("random_id_after_silence")  # no time passes: ids simply out of order
-    assert (await idem.process_update(low, call, bot_id=BOT))[0]
-    assert not (await idem.process_update(high, call, bot_id=BOT))[0]
+    assert (await admit_and_run(idem, low, call))[0]
+    assert not (await admit_and_run(idem, high, call))[0]
     assert count[0] == 2
 
 
@@ -184,9 +196,9 @@ async def test_update_ids_are_forgotten_after_retention(store: Store, clock: Man
         count[0] += 1
 
     update = load_fixture("techpost_command")
-    await idem.process_update(update, call, bot_id=BOT)
+    await admit_and_run(idem, update, call)
     clock.advance(47 * 3600)
-    assert not (await idem.process_update(update, call, bot_id=BOT))[0]
+    assert not (await admit_and_run(idem, update, call))[0]
     clock.advance(2 * 3600)
     assert await idem.store.get(idem.keys.update(BOT, update["update_id"])) is None
     assert count[0] == 1

@@ -9,9 +9,8 @@ import pytest
 from services import StoreFactory
 
 from telegram_idem import ManualClock, Outcome, Status, Store
-from telegram_idem.admission import Verdict
+from telegram_idem.admission import Admission, refused_admission
 from telegram_idem.inbox.base import EntryStatus, Inbox, NewEntry
-from telegram_idem.inbox.logic import refused_verdict
 
 RETENTION = 3600.0
 LEASE = 30.0
@@ -193,7 +192,7 @@ async def test_admission_refuses_a_completed_update_as_a_duplicate(
     other = await store.claim("idem:7:u:1", lease=LEASE, retention=RETENTION)
     assert await store.complete("idem:7:u:1", other.token, b"null", retention=RETENTION)
     assert await inbox.admit(entry(1), retention=RETENTION) is False
-    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.DUPLICATE
+    assert refused_admission(await store.get("idem:7:u:1")) is Admission.DUPLICATE
     assert await inbox.depth() == 0
 
 
@@ -205,7 +204,7 @@ async def test_admission_refuses_a_claim_held_under_a_live_lease_as_not_yet(
     clock.advance(LEASE - 1)
     assert await inbox.admit(entry(1), retention=RETENTION) is False
     assert await inbox.admit_many([entry(1), entry(2)], retention=RETENTION) == [False, True]
-    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.NOT_YET
+    assert refused_admission(await store.get("idem:7:u:1")) is Admission.NOT_YET
     assert await inbox.depth() == 1  # only update 2
 
 
@@ -226,4 +225,4 @@ async def test_admission_takes_over_a_claim_whose_holder_died(
     taken = await inbox.take(lease=LEASE)
     assert taken is not None and taken.id == "idem:7:u:1"
     assert await inbox.admit(entry(1), retention=RETENTION) is False  # now a duplicate
-    assert refused_verdict(await store.get("idem:7:u:1")) is Verdict.DUPLICATE
+    assert refused_admission(await store.get("idem:7:u:1")) is Admission.DUPLICATE

@@ -1,0 +1,252 @@
+"""Decision events: one :class:`DecisionEvent` per guard decision, given to every hook.
+
+Every decision of the guards — the update guard's claim or an inbox admission, an
+action, a step, a lock — is emitted here, from one place (:func:`emit_decision`), and
+handed to each subscribed hook in the order they subscribed::
+
+    seen: list[DecisionEvent] = []
+    with subscribe(seen.append):
+        await idem.run(key, work)
+    [e.decision for e in seen]          # ['acquired']
+
+The structured log record on the logger ``telegram_idem.decisions`` is the default
+subscriber: always there, it writes the event's fields into the record's ``extra``
+(``boundary``, ``key``, ``decision``, ``update_id``, ``chat_id``, ``user_id``,
+``handler``, ``fencing_token``, ``elapsed_ms``), at INFO, conflicts at WARNING.
+
+Hooks are called synchronously, in the task that made the decision, before the guard
+acts on it: keep them quick (count, append, put on a queue), never blocking. A hook that
+raises never breaks a decision: its first failure is logged (ERROR, with the traceback,
+on ``telegram_idem.events``), later ones are not, and the other hooks still run. When no hook is subscribed and the decision logger is off for the level, emitting
+costs one check: no event is built.
+
+A store outage makes no decision: it raises :class:`~telegram_idem.errors.StoreError`
+and is logged by the admission (:mod:`telegram_idem.admission`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from telegram_idem import updates as _u
+
+__all__ = [
+    "Boundary",
+    "DecisionEvent",
+    "Hook",
+    "Subscription",
+    "decision_logger",
+    "emit",
+    "emit_decision",
+    "listening",
+    "subscribe",
+]
+
+Boundary = Literal["update", "action", "step", "lock"]
+"""Where a decision was made: the update guard (a claim, or an inbox admission), the
+action guard, a side-effect step, or a lock."""
+
+decision_logger = logging.getLogger("telegram_idem.decisions")
+"""The logger of the default subscriber (one record per decision)."""
+
+_log = logging.getLogger("telegram_idem.events")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionEvent:
+    """One guard decision.
+
+    Attributes:
+        boundary: ``"update"``, ``"action"``, ``"step"`` or ``"lock"``.
+        decision: what was decided. Claims: ``"acquired"``, ``"replay"``,
+            ``"in_progress"``, ``"conflict"``, ``"failed"`` (a stored failure replayed).
+            Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
+            ``"admitted"``, ``"duplicate"``, ``"not_yet"``.
+        key: the full idempotency key.
+        update_id: the update decided about, or being processed (``None`` when no update
+            is bound).
+        chat_id: that update's chat id, if it has one.
+        user_id: that update's sender's id, if it has one.
+        handler: the ``@idempotent`` handler's ``__qualname__``, or the step's name.
+        fencing_token: the fencing token of the record that decided (``None`` for an
+            inbox admission).
+        elapsed_ms: milliseconds the store took to decide (``0.0`` when not measured).
+        bot_id: the receiving bot's id, when known.
+    """
+
+    boundary: Boundary
+    decision: str
+    key: str
+    update_id: int | None = None
+    chat_id: int | None = None
+    user_id: int | None = None
+    handler: str | None = None
+    fencing_token: int | None = None
+    elapsed_ms: float = 0.0
+    bot_id: int | None = None
+
+    @property
+    def level(self) -> int:
+        """The log level of its record: WARNING for a conflict, else INFO."""
+        return logging.WARNING if self.decision == "conflict" else logging.INFO
+
+
+Hook = Callable[[DecisionEvent], object]
+"""A subscriber: called with each event; its return value is ignored."""
+
+_lock = threading.Lock()
+_hooks: tuple[Hook, ...] = ()
+_failed: set[int] = set()  # id() of subscribed hooks that raised (logged once)
+
+
+class Subscription:
+    """What :func:`subscribe` returns: call it (or leave its ``with`` block) to
+    unsubscribe. Unsubscribing twice does nothing."""
+
+    __slots__ = ("_hook",)
+
+    def __init__(self, hook: Hook) -> None:
+        self._hook: Hook | None = hook
+
+    def __call__(self) -> None:
+        """Stop giving events to the hook."""
+        global _hooks
+        hook, self._hook = self._hook, None
+        if hook is None:
+            return
+        with _lock:
+            hooks = list(_hooks)
+            for i, h in enumerate(hooks):
+                if h is hook:
+                    del hooks[i]
+                    break
+            _hooks = tuple(hooks)
+            if not any(h is hook for h in hooks):
+                _failed.discard(id(hook))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self()
+
+
+def subscribe(hook: Hook) -> Subscription:
+    """Give every decision event from now on to ``hook`` (after the hooks subscribed
+    before it), until the returned :class:`Subscription` is called or its ``with``
+    block ends. The same hook subscribed twice is called twice.
+
+    Args:
+        hook: ``(event: DecisionEvent) -> object``; called synchronously in the task
+            that decided; its return value is ignored; what it raises is logged once
+            and otherwise ignored.
+
+    Returns:
+        The subscription: ``unsubscribe()`` or ``with subscribe(hook): ...``.
+    """
+    global _hooks
+    with _lock:
+        _hooks = (*_hooks, hook)
+    return Subscription(hook)
+
+
+def listening(level: int = logging.INFO) -> bool:
+    """Whether an event of ``level`` would reach anyone: a hook is subscribed, or the
+    decision logger is on for ``level``. The one check on the hot path."""
+    return bool(_hooks) or decision_logger.isEnabledFor(level)
+
+
+def emit(event: DecisionEvent) -> None:
+    """Give ``event`` to the default subscriber (the decision log record), then to each
+    hook in subscription order. Never raises for a hook's failure."""
+    if decision_logger.isEnabledFor(event.level):
+        _log_record(event)
+    for hook in _hooks:
+        try:
+            hook(event)
+        except Exception:
+            _hook_failed(hook)
+
+
+def emit_decision(
+    *,
+    boundary: Boundary,
+    key: str,
+    decision: str,
+    update: Mapping[str, Any] | None,
+    handler: str | None = None,
+    fencing_token: int | None = None,
+    elapsed_ms: float = 0.0,
+    bot_id: int | None = None,
+) -> None:
+    """Build the :class:`DecisionEvent` of a decision and :func:`emit` it, unless nobody
+    listens (:func:`listening`): then nothing is built.
+
+    Args:
+        boundary: where it was decided.
+        key: the full key decided about.
+        decision: what was decided (see :class:`DecisionEvent`).
+        update: the update decided about or bound (its ids are read from it), or ``None``.
+        handler: the handler or step name.
+        fencing_token: the deciding record's token.
+        elapsed_ms: milliseconds the decision took.
+        bot_id: the receiving bot's id, when known.
+    """
+    level = logging.WARNING if decision == "conflict" else logging.INFO
+    if not listening(level):
+        return
+    emit(
+        DecisionEvent(
+            boundary=boundary,
+            decision=decision,
+            key=key,
+            update_id=update.get("update_id") if update is not None else None,
+            chat_id=_u.chat_id(update) if update is not None else None,
+            user_id=_u.user_id(update) if update is not None else None,
+            handler=handler,
+            fencing_token=fencing_token,
+            elapsed_ms=round(elapsed_ms, 3),
+            bot_id=bot_id,
+        )
+    )
+
+
+def _log_record(event: DecisionEvent) -> None:
+    """The default subscriber: one record on ``telegram_idem.decisions``."""
+    extra = {
+        "boundary": event.boundary,
+        "key": event.key,
+        "decision": event.decision,
+        "update_id": event.update_id,
+        "chat_id": event.chat_id,
+        "user_id": event.user_id,
+        "handler": event.handler,
+        "fencing_token": event.fencing_token,
+        "elapsed_ms": event.elapsed_ms,
+    }
+    decision_logger.log(
+        event.level, "%s %s %s", event.boundary, event.decision, event.key, extra=extra
+    )
+
+
+def _hook_failed(hook: Hook) -> None:
+    with _lock:
+        first = id(hook) not in _failed
+        _failed.add(id(hook))
+    if first:
+        _log.error(
+            "decision hook %r raised; the decision stands and the hook stays subscribed "
+            "(later failures of it are not logged)",
+            hook,
+            exc_info=True,
+        )
