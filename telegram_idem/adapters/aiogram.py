@@ -256,26 +256,22 @@ class IdempotencyMiddleware(BaseMiddleware):
         data: dict[str, Any],
     ) -> Any:
         check_event(event)  # wiring mistakes raise instead of guarding nothing
+        data["idem"] = self.idem
+        if self.tokens is not None:
+            data["idem_tokens"] = self.tokens
+        check_handlers(data.get("dispatcher"))
         assert isinstance(event, Update)
         bot_id: int = data["bot"].id
         bound = bound_update()
         if bound is not None and bound.admitted(bot_id, event.update_id):
             # Admitted and run by an outer shape (a webhook, a worker, or this middleware
             # registered twice): not admitted again.
-            self._inject(data)
             return await handler(event, data)
-        self._inject(data)
-        check_handlers(data.get("dispatcher"))
         admitted = await self._admit(LazyUpdate(event), bot_id, data)
         if admitted.outcome is Admission.DUPLICATE:
             return UNHANDLED
         # NOT_YET raises UpdateInProgressError, UNAVAILABLE the StoreError.
         return await admitted.run(lambda: handler(event, data))
-
-    def _inject(self, data: dict[str, Any]) -> None:
-        data["idem"] = self.idem
-        if self.tokens is not None:
-            data["idem_tokens"] = self.tokens
 
 
 def _answering_first() -> BaseRequestHandler | None:

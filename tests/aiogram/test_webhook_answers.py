@@ -284,6 +284,31 @@ async def test_naive_simple_request_handler_is_warned_about(
     assert runs == []
 
 
+async def test_fail_open_runs_a_parseable_update_unguarded_but_refuses_an_unparseable_one(
+    tmp_path: Path, bot: Bot
+) -> None:
+    """Fail-open runs what can run without its claim; an update aiogram cannot parse
+    could never run, so it is answered 503 and recorded failed once the store answers."""
+    broken = Idem(f"sqlite:///{tmp_path}")  # a directory: the database cannot open
+    runs: list[int] = []
+    hook = FastAckWebhook(
+        counting_dispatcher(broken, runs),
+        bot,
+        broken,
+        secret_token=SECRET,
+        on_store_error="fail_open",
+    )
+    runner, url = await serve_hook(hook.handle)
+    try:
+        assert await post(url, load_fixture("techpost_command")) == 200
+        await settle(hook)
+        assert await post(url, {"update_id": 734519999, "message": {"text": "no chat"}}) == 503
+    finally:
+        await runner.cleanup()
+        await broken.close()
+    assert runs == [4121]  # the middleware passed the unguarded update through
+
+
 # ------------------------------------------- a body aiogram cannot parse (item 15)
 
 

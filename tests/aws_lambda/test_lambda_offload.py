@@ -354,16 +354,17 @@ async def test_offload_when_false_processes_quick_updates_inline(
     assert (await offload.handle(http_event(tap, secret=None), CONTEXT))["body"] == "duplicate"
 
 
-async def test_unknown_update_type_is_offloaded_unguarded(
+async def test_unknown_update_type_is_guarded_like_any_update(
     offload: LambdaOffload, stubber: Stubber, idem: Idem, process: Recorder
 ) -> None:
     update = {"update_id": 1, "future_thing": {"id": "abc", "from": {"id": 5550001001}}}
-    payload = expect_invoke(stubber, update, claimed=False)
+    payload = expect_invoke(stubber, update)  # with its claim
     assert (await offload.handle(http_event(update), CONTEXT))["statusCode"] == 200
-    assert await idem.store.get(idem.keys.update(BOT, 1)) is None
     assert payload.seen is not None
     assert (await offload.handle(payload.seen, None))["body"] == "processed"
     assert process.runs == [1]
+    assert await status_of(idem, update) is Status.COMPLETED
+    assert (await offload.handle(http_event(update), CONTEXT))["body"] == "duplicate"
 
 
 # ---------------------------------------------------------- request checks
@@ -678,3 +679,40 @@ async def test_two_secrets_are_accepted_while_rotating(
     for secret in ("other", None):
         answer = await offload.handle(http_event(third, secret=secret), CONTEXT)
         assert answer["statusCode"] == 401
+
+
+# -------------------------------------------------- aiogram behind the worker
+
+
+async def test_an_aiogram_dispatcher_runs_the_update_without_being_told_to_skip_the_guard(
+    idem: Idem, client: Any, stubber: Stubber
+) -> None:
+    """``process`` feeds a dispatcher guarded by ``IdempotencyMiddleware`` as it is: the
+    update is bound as admitted, so the middleware runs it instead of finding it held."""
+    from aiogram import Bot, Dispatcher
+    from aiogram.types import Message
+
+    from telegram_idem.adapters.aiogram import IdempotencyMiddleware
+
+    bot = Bot(token="7000000001:AAFakeTokenForTestsOnly_0123456789abcd")
+    dp = Dispatcher()
+    IdempotencyMiddleware(idem).setup(dp)
+    ran: list[int] = []
+
+    @dp.message()
+    async def on_message(message: Message) -> None:
+        ran.append(message.message_id)
+
+    async def process(update: dict[str, Any]) -> object:
+        return await dp.feed_raw_update(bot, update)
+
+    offload = LambdaOffload(idem, process, bot_id=BOT, lambda_client=client, secret_token=SECRET)
+    update = load_fixture("techpost_command")
+    try:
+        event = await queued_event(offload, stubber, update)
+        assert (await offload.handle(event, None))["body"] == "processed"
+        assert (await offload.handle(event, None))["body"] == "skipped"
+    finally:
+        await bot.session.close()
+    assert ran == [update["message"]["message_id"]]
+    assert await status_of(idem, update) is Status.COMPLETED
