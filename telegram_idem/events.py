@@ -17,11 +17,12 @@ subscriber: always there, it writes the event's fields into the record's ``extra
 Hooks are called synchronously, in the task that made the decision, before the guard
 acts on it: keep them quick (count, append, put on a queue), never blocking. A hook that
 raises never breaks a decision: its first failure is logged (ERROR, with the traceback,
-on ``telegram_idem.events``), later ones are not, and the other hooks still run. When no hook is subscribed and the decision logger is off for the level, emitting
-costs one check: no event is built.
+on ``telegram_idem.events``), later ones of the same subscription are not, and the other
+hooks still run. When no hook is subscribed and the decision logger is off for the level,
+emitting costs one check: no event is built.
 
 A store outage makes no decision: it raises :class:`~telegram_idem.errors.StoreError`
-and is logged by the admission (:mod:`telegram_idem.admission`).
+and is logged by the admission (:mod:`telegram_idem.admitted`).
 """
 
 from __future__ import annotations

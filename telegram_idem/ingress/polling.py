@@ -168,15 +168,8 @@ class PollingIngress:
         past it, logged at ERROR.
         """
         now = self.idem.clock()
+        # Each such admission is logged (WARNING) by Idem.admit_to_inbox.
         since = {uid: self.held_since.get(uid, now) for uid in not_yet if uid is not None}
-        for uid in since.keys() - self.held_since.keys():
-            log.warning(
-                "update %s is in progress elsewhere (another shape sharing the store holds "
-                "its claim): offset kept at it; admission retried until that holder's "
-                "lease ends (at most %.0f s)",
-                uid,
-                self.not_yet_wait,
-            )
         waiting = {}
         for uid, first in since.items():
             if now - first < self.not_yet_wait:

@@ -14,7 +14,7 @@ A :class:`Replayer` delivers to a target (aiogram ``(dispatcher, bot)``, a PTB
 - :meth:`~Replayer.double_tap`: two callback queries with different ``update_id`` and
   the same message and data.
 
-While it delivers, it records the guards' decision log (:mod:`telegram_idem.testing.decisions`),
+While it delivers, it records the guards' decision events (:mod:`telegram_idem.testing.decisions`),
 so the :class:`ReplayResult` tells how many times each ``@idempotent`` handler body ran
 (``acquired`` decisions at the action boundary, by the handler's ``__qualname__``), each
 named step ran or was skipped, and each update reached processing::
@@ -22,8 +22,8 @@ named step ran or was skipped, and each update reached processing::
     result = await Replayer((dp, bot)).concurrent(update, 20)
     assert result.handler_runs["approve"] == 1      # or assert_ran_once(result, approve)
 
-Counts come from the decision log: handler bodies without ``@idempotent`` are not seen
-(count those yourself), and a bot in another process logs elsewhere.
+Counts come from the decision events: handler bodies without ``@idempotent`` are not seen
+(count those yourself), and a bot in another process decides elsewhere.
 """
 
 from __future__ import annotations
