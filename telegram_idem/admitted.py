@@ -10,11 +10,11 @@ keeps the claim's lease alive, and records the completion. The decision table is
 :meth:`telegram_idem.Idem.admit`'s docstring and ``docs/answers.md``.
 
 Logging (logger ``telegram_idem``), one line per situation, worded the same for every
-shape: the start and the end of a wait through a store outage (WARNING each); an
-admission refused by an outage (WARNING when Telegram re-sends it, ERROR when it will not:
-the update is lost); an update run unguarded (ERROR); an update processed whose
-completion could not be stored (ERROR). Decisions themselves are events
-(:mod:`telegram_idem.events`).
+shape: an update in progress elsewhere (WARNING); the start and the end of a wait
+through a store outage (WARNING each); an admission refused by an outage (WARNING, or
+ERROR with "LOST" when the caller kept trying because Telegram will not re-send it); an
+update run unguarded (ERROR); an update processed whose completion could not be stored
+(ERROR). Decisions themselves are events (:mod:`telegram_idem.events`).
 """
 
 from __future__ import annotations
