@@ -22,7 +22,8 @@ ingress shape is ``docs/answers.md``.
 | JSON with an integer ``update_id``                     | the update: admit it       |
 
 The secret header is looked up in any ASCII case (Lambda Function URLs deliver header
-names in lower case); a value that is not valid UTF-8 is simply a wrong secret. A body of
+names in lower case); a value that is not valid UTF-8 is simply a wrong secret, and so is
+a secret header sent twice (its values joined with ``,``). A body of
 exactly ``max_body`` bytes is read; one byte more is refused. The 408 row belongs to the
 shells that stream the body (aiohttp): they time the read with ``read_timeout`` (default
 :data:`DEFAULT_READ_TIMEOUT`) and answer :data:`BODY_INCOMPLETE`; a ``Content-Length``
@@ -128,24 +129,29 @@ def body_too_large(max_body: int, size: int | None = None) -> Refusal:
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
-    """The value of header ``name`` in ``headers``, looked up in any ASCII case.
+    """The value of header ``name`` in ``headers``, its name matched in any ASCII case.
+
+    A header sent more than once is one value, its values joined with ``,`` (RFC 9110,
+    section 5.3; what Lambda Function URLs deliver), so two secret headers are never a
+    valid secret, whichever shell reads them.
 
     Args:
-        headers: the request's headers: a case-insensitive multidict (aiohttp) or a plain
-            mapping in whatever case the platform delivers (Lambda: lower case).
+        headers: the request's headers: a case-insensitive multidict (aiohttp; every
+            value of ``name`` is read with its ``getall``) or a plain mapping in whatever
+            case the platform delivers (Lambda: lower case).
         name: the header's name.
 
     Returns:
-        The first matching value that is a string, or ``None``.
+        The value, or ``None`` if no string value is there.
     """
-    value = headers.get(name)
-    if value is None:
+    getall = getattr(headers, "getall", None)
+    if callable(getall):
+        found: list[object] = list(getall(name, ()))
+    else:
         wanted = name.lower()
-        value = next(
-            (v for k, v in headers.items() if isinstance(k, str) and _ascii_lower(k) == wanted),
-            None,
-        )
-    return value if isinstance(value, str) else None
+        found = [v for k, v in headers.items() if isinstance(k, str) and _ascii_lower(k) == wanted]
+    values = [v for v in found if isinstance(v, str)]
+    return ",".join(values) if values else None
 
 
 def _ascii_lower(text: str) -> str | None:
