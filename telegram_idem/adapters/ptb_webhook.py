@@ -37,7 +37,7 @@ crash, admit them to the durable inbox instead
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from telegram import Update
@@ -48,7 +48,7 @@ from telegram_idem.admission import NOT_YET_STATUS, Verdict, verdict_for
 from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.ingress.reading import read_update
-from telegram_idem.ingress.serving import register
+from telegram_idem.ingress.serving import Handler, register
 from telegram_idem.updates import bot_id_from_token
 from telegram_idem.webhook_request import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from telegram_idem.webhook_secret import SecretTokens, secret_check
@@ -56,9 +56,6 @@ from telegram_idem.webhook_secret import SecretTokens, secret_check
 __all__ = ["Handler", "ptb_webhook", "ptb_webhook_app"]
 
 log = logging.getLogger("telegram_idem.webhook")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-"""An aiohttp request handler."""
 
 
 def _processor(application: AnyApplication, idem: Idem) -> IdempotentUpdateProcessor:
