@@ -7,7 +7,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from blog_harness import Harness
 
 from examples.blog_bot.content import dead_links, index_path, list_posts
 from examples.blog_bot.demo_scenario import (
@@ -16,6 +15,7 @@ from examples.blog_bot.demo_scenario import (
     command_update,
     published_messages,
 )
+from examples.blog_bot.tests.blog_harness import Harness
 from telegram_idem.testing.delivery import load_fixture, make_double_tap
 
 AUTHOR = 5550001001
@@ -103,7 +103,7 @@ async def test_forged_button_is_answered_with_an_alert_and_changes_nothing(
 
 
 async def test_second_post_in_the_same_chat_waits_for_the_chat_lock(tmp_path: Path) -> None:
-    from blog_harness import running_blog
+    from examples.blog_bot.tests.blog_harness import running_blog
 
     async with running_blog(tmp_path, writer_delay_scale=0.01) as h:
         started = asyncio.Event()
@@ -208,7 +208,7 @@ async def test_bad_input_gets_a_clear_status_and_stores_nothing(
 
 
 async def test_store_outage_answers_503_so_telegram_retries(tmp_path: Path) -> None:
-    from blog_harness import running_blog
+    from examples.blog_bot.tests.blog_harness import running_blog
 
     async with running_blog(tmp_path, store_url=f"sqlite:///{tmp_path}") as h:  # a directory
         async with (

@@ -10,7 +10,7 @@ import pytest
 
 from examples.blog_bot.demo import run_demo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def test_demo_invariants_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

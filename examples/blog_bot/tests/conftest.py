@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from blog_harness import Harness, running_blog
+
+from examples.blog_bot.tests.blog_harness import Harness, running_blog
 
 
 @pytest.fixture

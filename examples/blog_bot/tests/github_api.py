@@ -1,4 +1,5 @@
-"""A fake GitHub REST API (Git Data endpoints) on loopback, for tests that must never call GitHub.
+"""A fake GitHub REST API (Git Data endpoints) on loopback, for the blog bot's tests, which must
+never call GitHub (test support of this example, not part of the ``telegram_idem`` package).
 
 `FakeGitHub` is an aiohttp web server bound to ``127.0.0.1`` on a free port that serves one
 repository, closely enough for PyGithub to read and write it through the Git Data API:

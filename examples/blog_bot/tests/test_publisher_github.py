@@ -32,8 +32,8 @@ from examples.blog_bot.publisher import (
     PublishError,
     publisher_from_env,
 )
+from examples.blog_bot.tests.github_api import FakeGitHub
 from examples.blog_bot.writer import OfflineWriter
-from telegram_idem.testing.github_api import FakeGitHub
 
 DAY = dt.date(2026, 10, 21)
 SEED: dict[str, str | bytes] = {

@@ -8,9 +8,9 @@ import os
 import signal
 from pathlib import Path
 
-from blog_harness import free_port, start_serve, until
 from dulwich.repo import Repo
 
+from examples.blog_bot.tests.blog_harness import free_port, start_serve, until
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
 

@@ -6,10 +6,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from blog_harness import free_port, start_serve, until
-
 from examples.blog_bot.app import build_blog_bot
 from examples.blog_bot.config import Settings
+from examples.blog_bot.tests.blog_harness import free_port, start_serve, until
 from examples.blog_bot.writer import OfflineWriter
 from telegram_idem.testing.bot_api import FakeBotAPI
 from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
