@@ -347,6 +347,10 @@ class InboxWorker:
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
+            # Cleared before looking, not after: a notify() that arrives while this take
+            # finds nothing must still wake the wait below (the entry it announces was
+            # committed after the take looked).
+            self._wake.clear()
             try:
                 took = await self.run_once()
             except StoreError as exc:
@@ -354,7 +358,6 @@ class InboxWorker:
                 continue
             self._inbox_up()
             if not took:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
                         await self._wake.wait()
