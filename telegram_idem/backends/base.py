@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import ClassVar, TypeVar
 
 from telegram_idem.backends import registry
+from telegram_idem.backends.abilities import HasInbox, absent, missing
 from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.inbox.base import Inbox
@@ -233,14 +234,19 @@ class Store(abc.ABC):
         """
         return await self._call("now", self._now)
 
+    @absent
     def inbox(self) -> Inbox:
         """The durable inbox sharing this store's connection (admission is one
-        transaction with the update guard).
+        transaction with the update guard). Stores with an inbox override this (the
+        :class:`~telegram_idem.backends.abilities.HasInbox` ability); this base method is
+        the stand-in for the others, marked absent, and only raises.
 
         Raises:
-            ConfigurationError: this store has no inbox.
+            ConfigurationError: this store has no inbox (the message names the store and
+                the ability; :func:`telegram_idem.backends.abilities.inbox_of` raises the
+                same).
         """
-        raise ConfigurationError(f"{type(self).__name__} has no inbox")
+        raise missing(self, HasInbox)
 
     async def close(self) -> None:
         """Release connections. Idempotent."""
