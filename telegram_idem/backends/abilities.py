@@ -18,9 +18,9 @@ it is absent.
 
 ``Store.inbox()`` stays on the base class (``idem.store.inbox()`` is how a bot reaches its
 inbox), so every store has an ``inbox`` attribute and ``isinstance(store, HasInbox)`` is
-true of each of them; the base's method is marked :func:`absent` and only raises
-:func:`missing` 's error. :func:`has_inbox` is the question to ask: true exactly when
-``store.inbox()`` returns an inbox.
+true of each of them; the base's method is marked :func:`absent` and only raises the
+error of :func:`missing`, the one :func:`inbox_of` raises. :func:`has_inbox` is the
+question to ask: true exactly when ``store.inbox()`` returns an inbox.
 """
 
 from __future__ import annotations
