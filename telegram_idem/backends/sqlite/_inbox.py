@@ -1,5 +1,6 @@
 """The inbox of :class:`~telegram_idem.backends.sqlite.SQLiteStore`: a table in the same
-file, written in the same ``BEGIN IMMEDIATE`` transactions as the update guard records.
+file, written in the same ``BEGIN IMMEDIATE`` transactions as the update guard records
+(through the store's :class:`~telegram_idem.backends.sqlite._connection.SQLiteConnection`).
 
 Several processes may share the file: taking an entry is one write transaction, so two
 workers never take the same entry, and the head-of-chat rule holds across processes.
@@ -7,36 +8,20 @@ workers never take the same entry, and the head-of-chat rule holds across proces
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
+from telegram_idem.backends.sqlite._connection import SQLiteConnection
+from telegram_idem.backends.sqlite._schema import RecordRows
 from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
 
-if TYPE_CHECKING:
-    from telegram_idem.backends.sqlite import SQLiteStore
+__all__ = ["SQLiteInbox"]
 
-__all__ = ["INBOX_SCHEMA", "SQLiteInbox"]
+T = TypeVar("T")
 
-INBOX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS idem_inbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    ordering_key TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    token INTEGER NOT NULL,
-    available_at REAL NOT NULL,
-    lease_expires_at REAL NOT NULL,
-    last_error TEXT
-);
-CREATE INDEX IF NOT EXISTS idem_inbox_heads ON idem_inbox (ordering_key, seq)
-    WHERE status != 'dead';
-"""
 _COLUMNS = (
     "id, seq, ordering_key, payload, status, attempts, token, available_at, "
     "lease_expires_at, last_error"
@@ -62,28 +47,34 @@ def _entry(row: tuple[Any, ...]) -> InboxEntry:
 
 
 class SQLiteInbox(Inbox):
-    """Durable inbox in the store's SQLite file."""
+    """Durable inbox in the store's SQLite file.
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
-        self._pending: list[tuple[NewEntry, float, asyncio.Future[bool]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+    Args:
+        connection: the store's connection (its records table is written in the same
+            transactions).
+    """
 
-    async def _write(self, op: str, body: Callable[[sqlite3.Connection, float], Any]) -> Any:
-        store = self._store
-        return await store._call(
-            op, lambda: store._run(lambda c: store._transaction(c, lambda now: body(c, now)))
-        )
+    def __init__(self, connection: SQLiteConnection) -> None:
+        self._db = connection
+
+    async def _write(self, op: str, body: Callable[[sqlite3.Connection, float], T]) -> T:
+        db = self._db
+        return await db.call(op, lambda: db.transaction(body))
+
+    async def _read(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self._db
+        return await db.call(op, lambda: db.run(fn))
 
     def _admit_in(
         self, conn: sqlite3.Connection, entry: NewEntry, now: float, retention: float
     ) -> bool:
+        records = RecordRows(conn)
         record = logic.admitted_record(
-            self._store._read(conn, entry.update_key), entry.update_key, now, retention
+            records.read(entry.update_key), entry.update_key, now, retention
         )
         if record is None:
             return False
-        self._store._write_record(conn, record)
+        records.write(record)
         conn.execute(
             "INSERT OR REPLACE INTO idem_inbox (id, ordering_key, payload, status, attempts, token, "
             "available_at, lease_expires_at) VALUES (?, ?, ?, 'pending', 0, 0, ?, 0)",
@@ -92,16 +83,12 @@ class SQLiteInbox(Inbox):
         return True
 
     async def admit(self, entry: NewEntry, *, retention: float) -> bool:
-        result: bool = await self._write(
-            "admit", lambda c, now: self._admit_in(c, entry, now, retention)
-        )
-        return result
+        return await self._write("admit", lambda c, now: self._admit_in(c, entry, now, retention))
 
     async def admit_many(self, entries: Sequence[NewEntry], *, retention: float) -> list[bool]:
-        result: list[bool] = await self._write(
+        return await self._write(
             "admit_many", lambda c, now: [self._admit_in(c, e, now, retention) for e in entries]
         )
-        return result
 
     async def take(self, *, lease: float) -> InboxEntry | None:
         def body(conn: sqlite3.Connection, now: float) -> InboxEntry | None:
@@ -116,8 +103,7 @@ class SQLiteInbox(Inbox):
             )
             return held
 
-        result: InboxEntry | None = await self._write("take", body)
-        return result
+        return await self._write("take", body)
 
     async def _held_update(
         self, op: str, entry: InboxEntry, sql: str, params: dict[str, Any]
@@ -126,8 +112,7 @@ class SQLiteInbox(Inbox):
             args = {"id": entry.id, "token": entry.token, "now": now, **params}
             return conn.execute(sql, args).rowcount == 1
 
-        result: bool = await self._write(op, body)
-        return result
+        return await self._write(op, body)
 
     async def ack(self, entry: InboxEntry) -> bool:
         return await self._held_update("ack", entry, f"DELETE FROM idem_inbox WHERE {_HELD}", {})
@@ -150,15 +135,12 @@ class SQLiteInbox(Inbox):
         return await self._held_update("extend", entry, sql, {"lease": lease})
 
     async def dead_letters(self, *, limit: int = 100) -> list[InboxEntry]:
-        store = self._store
-        rows = await store._call(
+        rows = await self._read(
             "dead_letters",
-            lambda: store._run(
-                lambda c: c.execute(
-                    f"SELECT {_COLUMNS} FROM idem_inbox WHERE status = 'dead' ORDER BY seq LIMIT ?",
-                    (limit,),
-                ).fetchall()
-            ),
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM idem_inbox WHERE status = 'dead' ORDER BY seq LIMIT ?",
+                (limit,),
+            ).fetchall(),
         )
         return [_entry(r) for r in rows]
 
@@ -172,17 +154,13 @@ class SQLiteInbox(Inbox):
             )
             return cur.rowcount == 1
 
-        result: bool = await self._write("redrive", body)
-        return result
+        return await self._write("redrive", body)
 
     async def depth(self) -> int:
-        store = self._store
-        count: int = await store._call(
-            "depth",
-            lambda: store._run(
-                lambda c: c.execute(
-                    "SELECT COUNT(*) FROM idem_inbox WHERE status != 'dead'"
-                ).fetchone()[0]
-            ),
-        )
-        return count
+        def count(conn: sqlite3.Connection) -> int:
+            row: tuple[int] = conn.execute(
+                "SELECT COUNT(*) FROM idem_inbox WHERE status != 'dead'"
+            ).fetchone()
+            return row[0]
+
+        return await self._read("depth", count)

@@ -1,17 +1,15 @@
-"""The inbox of :class:`~telegram_idem.backends.memory.MemoryStore` (one process only)."""
+"""The inbox of :class:`~telegram_idem.backends.memory.MemoryStore` (one process only),
+beside the store's :class:`~telegram_idem.backends.memory._state.MemoryRecords`."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from telegram_idem.backends.memory._state import MemoryRecords
 from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
-
-if TYPE_CHECKING:
-    from telegram_idem.backends.memory import MemoryStore
 
 __all__ = ["MemoryInbox"]
 
@@ -20,26 +18,29 @@ class MemoryInbox(Inbox):
     """Entries in a dict beside the store's records; every method is atomic (no await).
 
     Lost with the process: use it for tests and for bots that accept that.
+
+    Args:
+        records: the store's records (admission writes the update guard record there).
     """
 
-    def __init__(self, store: MemoryStore) -> None:
-        self._store = store
+    def __init__(self, records: MemoryRecords) -> None:
+        self._records = records
         self._entries: dict[str, InboxEntry] = {}
         self._seq = itertools.count(1)
 
     async def admit(self, entry: NewEntry, *, retention: float) -> bool:
-        now = self._store.clock()
+        now = self._records.clock()
         record = logic.admitted_record(
-            self._store.peek(entry.update_key), entry.update_key, now, retention
+            self._records.read(entry.update_key), entry.update_key, now, retention
         )
         if record is None:
             return False
-        self._store.put(record)
+        self._records.write(record)
         self._entries[entry.update_key] = logic.new_entry(entry, next(self._seq), now)
         return True
 
     async def take(self, *, lease: float) -> InboxEntry | None:
-        now = self._store.clock()
+        now = self._records.clock()
         chosen = logic.pick(self._entries.values(), now)
         if chosen is None:
             return None
@@ -64,7 +65,7 @@ class MemoryInbox(Inbox):
     async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
         if not self._held(entry):
             return False
-        now = self._store.clock()
+        now = self._records.clock()
         self._entries[entry.id] = replace(
             self._entries[entry.id],
             status=EntryStatus.PENDING,
@@ -85,7 +86,7 @@ class MemoryInbox(Inbox):
     async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
         if not self._held(entry):
             return False
-        now = self._store.clock()
+        now = self._records.clock()
         self._entries[entry.id] = replace(self._entries[entry.id], lease_expires_at=now + lease)
         return True
 
@@ -103,7 +104,7 @@ class MemoryInbox(Inbox):
             seq=next(self._seq),
             status=EntryStatus.PENDING,
             attempts=0,
-            available_at=self._store.clock(),
+            available_at=self._records.clock(),
         )
         return True
 
