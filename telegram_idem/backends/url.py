@@ -59,12 +59,15 @@ class StoreURL:
     options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, url: str, *, schemes: Collection[str]) -> StoreURL:
+    def parse(cls, url: str, *, schemes: Collection[str], multi_host: bool = False) -> StoreURL:
         """Split ``url`` and check its scheme (case-insensitive) and port.
 
         Args:
             url: the store URL.
             schemes: the lower-case schemes the calling store serves.
+            multi_host: the authority may list several ``host:port`` (a cluster's seed
+                nodes, ``h1:7000,h2:7000``): its port is not checked here, the store
+                splits and checks the list itself.
 
         Raises:
             ConfigurationError: another scheme, or a port that is not a number.
@@ -72,7 +75,8 @@ class StoreURL:
         shown = redact(url)
         try:
             parts = urlsplit(url)
-            parts.port  # noqa: B018  (validates the port)
+            if not multi_host:
+                parts.port  # noqa: B018  (validates the port)
         except ValueError:
             raise ConfigurationError(f"bad host or port in store URL {shown}") from None
         if parts.scheme.lower() not in schemes:
