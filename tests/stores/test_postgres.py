@@ -33,8 +33,7 @@ from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends import store_from_url
-from telegram_idem.backends.postgres import PostgresStore
-from telegram_idem.backends.postgres import COLUMNS, create_ddl, migrate
+from telegram_idem.backends.postgres import COLUMNS, PostgresStore, create_ddl, migrate
 from telegram_idem.cli import cli
 
 pytestmark = pytest.mark.postgres

@@ -26,9 +26,13 @@ from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.postgres import PostgresStore
-from telegram_idem.backends.postgres import PostgresInbox
-from telegram_idem.backends.postgres import INBOX_COLUMNS, create_ddl, migrate
+from telegram_idem.backends.postgres import (
+    INBOX_COLUMNS,
+    PostgresInbox,
+    PostgresStore,
+    create_ddl,
+    migrate,
+)
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import Inbox, InboxEntry, NewEntry
 from telegram_idem.records import Record
