@@ -189,7 +189,7 @@ async def open_postgres(_: argparse.Namespace, stack: AsyncExitStack) -> Target:
         with_query(POSTGRES_URL, table_prefix=prefix, auto_create=1, connect_timeout=3)
     )
     on_exit(stack, store.close)
-    pool = await store._get_pool()  # creates the store's table (auto_create)
+    pool = await store.connection.pool()  # creates the store's table (auto_create)
     raw_table = f"{prefix}_raw"
 
     async def drop_tables() -> None:  # the records, the scratch table, any other of prefix

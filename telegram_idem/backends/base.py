@@ -33,10 +33,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import ClassVar, TypeVar
 
+from telegram_idem.backends import _driver as driver
 from telegram_idem.backends import registry
+from telegram_idem.backends._driver import describe_error
 from telegram_idem.backends.abilities import HasInbox, absent, missing
 from telegram_idem.clock import Clock
-from telegram_idem.errors import ConfigurationError, IdemError, StoreError
+from telegram_idem.errors import ConfigurationError, IdemError
 from telegram_idem.inbox.base import Inbox
 from telegram_idem.keys import bounded_key
 from telegram_idem.records import Claim, Record
@@ -109,18 +111,11 @@ class Store(abc.ABC):
         """
         raise ConfigurationError(f"{cls.__name__} cannot be made from a URL")
 
-    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` (one primitive) and translate a driver exception it raises
-        (see the module docstring); library errors and bugs pass through."""
-        try:
-            return await fn()
-        except IdemError:
-            raise
-        except Exception as exc:
-            error = self._translate(op, exc)
-            if error is None:
-                raise
-            raise error from exc
+    def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        """Run ``fn`` (one primitive) and translate a driver exception it raises (see
+        the module docstring): the awaitable of :func:`telegram_idem.backends._driver.call`
+        with :meth:`_translate`. Library errors and bugs pass through."""
+        return driver.call(op, fn, self._translate)
 
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         """The library error for ``exc`` raised by operation ``op``, or ``None`` if ``exc``
@@ -128,17 +123,8 @@ class Store(abc.ABC):
 
         Override to classify by text or code, then defer to this for the rest.
         """
-        where = f"{self!r}.{op}"
-        if isinstance(exc, self.config_errors):
-            return ConfigurationError(f"{where}: {describe_error(exc)}")
-        if isinstance(exc, self.driver_errors):
-            return StoreError(f"{where} failed: {describe_error(exc)}", original=exc)
-        if isinstance(exc, self.driver_base):
-            return StoreError(
-                f"{where} failed with an unexpected driver error: {describe_error(exc)}",
-                original=exc,
-            )
-        return None
+        errors = driver.DriverErrors(self.driver_errors, self.config_errors, self.driver_base)
+        return errors.translate(f"{self!r}.{op}", exc)
 
     async def claim(
         self, key: str, *, fingerprint: str | None = None, lease: float, retention: float
@@ -288,19 +274,6 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _get(self, key: str) -> Record | None: ...
-
-
-def describe_error(exc: BaseException) -> str:
-    """``"<class>: <message>"`` of a driver exception, its cause's message appended when
-    it adds one (``TimeoutError`` has no message of its own).
-
-    Not ``repr``: redis-py 8's ``repr`` is only a category (``network:ConnectionError``).
-    """
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text += f" ({type(cause).__name__}: {cause})"
-    return text
 
 
 def _check_times(lease: float, retention: float) -> None:

@@ -547,8 +547,17 @@ class _AdmitDuringEmptyTake(Inbox):
         return got
 
     def __getattribute__(self, name: str) -> Any:
-        if name in {"admit", "admit_many", "ack", "retry", "bury", "extend", "dead_letters",
-                    "redrive", "depth"}:
+        if name in {
+            "admit",
+            "admit_many",
+            "ack",
+            "retry",
+            "bury",
+            "extend",
+            "dead_letters",
+            "redrive",
+            "depth",
+        }:
             return getattr(object.__getattribute__(self, "inner"), name)
         return object.__getattribute__(self, name)
 

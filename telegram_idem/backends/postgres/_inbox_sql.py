@@ -1,4 +1,4 @@
-"""The inbox of :class:`~telegram_idem.backends.postgres.PostgresStore`: the table
+"""The inbox's SQL (:class:`~telegram_idem.backends.postgres.PostgresInbox`): the table
 ``<table_prefix>_inbox`` beside ``<table_prefix>_records``, one SQL statement per call.
 
 **Admission** is one statement, so one transaction and one round trip: it upserts the
@@ -70,28 +70,19 @@ Consequences:
   still holding the old entry cannot ack the new one.
 
 Every statement reads "now" once from the ``c`` CTE: the server's clock, or the store's
-clock sent as the last parameter (see :mod:`telegram_idem.backends.postgres`).
+clock sent as the last parameter (see :mod:`telegram_idem.backends.postgres._sql`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from telegram_idem.backends.postgres._schema import INBOX_COLUMNS
+from telegram_idem.backends.postgres._sql import NOW_CTE, now_placeholder
 
-from telegram_idem.backends.postgres import _SERVER_NOW
-from telegram_idem.backends.postgres_schema import INBOX_COLUMNS, inbox_table_name
-from telegram_idem.backends.text import storable_text
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
-
-if TYPE_CHECKING:
-    from telegram_idem.backends.postgres import PostgresStore
-
-__all__ = ["PostgresInbox"]
+__all__ = ["build_inbox_sql"]
 
 _ENTRY_COLS = ", ".join(INBOX_COLUMNS)
 _T_COLS = ", ".join(f"t.{c}" for c in INBOX_COLUMNS)
-_NOW = "WITH c AS MATERIALIZED (SELECT {now}::float8 AS now)"
+_NOW = NOW_CTE
 
 # Admission. ``src`` is the batch (id, ordering key, payload, position). ``locks`` takes
 # the per-ordering-key advisory locks in hashtext order; ``up`` cannot start before it
@@ -258,7 +249,7 @@ def build_inbox_sql(records: str, inbox: str, *, server_clock: bool) -> dict[str
     """
     out = {}
     for name, (template, now_index) in _STATEMENTS.items():
-        now = _SERVER_NOW if server_clock else f"${now_index}"
+        now = now_placeholder(server_clock, now_index)
         out[name] = (
             template.replace("{now}", now)
             .replace("{records}", records)
@@ -267,120 +258,3 @@ def build_inbox_sql(records: str, inbox: str, *, server_clock: bool) -> dict[str
             .replace("{tcols}", _T_COLS)
         )
     return out
-
-
-def _entry(row: Any) -> InboxEntry:
-    return InboxEntry(
-        id=row["id"],
-        seq=row["seq"],
-        ordering_key=row["ordering_key"],
-        payload=bytes(row["payload"]),
-        status=EntryStatus(row["status"]),
-        attempts=row["attempts"],
-        token=row["token"],
-        available_at=row["available_at"],
-        lease_expires_at=row["lease_expires_at"],
-        last_error=row["last_error"],
-    )
-
-
-class PostgresInbox(Inbox):
-    """Durable inbox in ``<table_prefix>_inbox``, sharing the store's pool and clock.
-
-    Every call is one statement (one round trip on a connection that has prepared it).
-    Errors are the store's: :class:`~telegram_idem.errors.StoreError` when the server
-    cannot answer, :class:`~telegram_idem.errors.ConfigurationError` when the table is
-    missing (run ``telegram-idem migrate URL``: it creates both tables).
-    """
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self.table = inbox_table_name(store.table_prefix)
-        self._sql = build_inbox_sql(store.table, self.table, server_clock=store._clock is None)
-
-    def __repr__(self) -> str:
-        return f"PostgresInbox({self._store!r}, table={self.table!r})"
-
-    async def _fetch(self, op: str, name: str, *args: Any, now: bool = False) -> list[Any]:
-        sql = self._sql[name]
-        params = (*args, *self._store._now_args()) if now else args
-
-        async def run(conn: Any) -> list[Any]:
-            rows: list[Any] = await conn.fetch(sql, *params)
-            return rows
-
-        store = self._store
-        return await store._call(op, lambda: store._run(run))
-
-    async def admit(self, entry: NewEntry, *, retention: float) -> bool:
-        rows = await self._fetch(
-            "admit",
-            "admit",
-            entry.update_key,
-            logic.ordering_unit(entry),
-            entry.payload,
-            float(retention),
-            now=True,
-        )
-        if rows:
-            self._store._wrote()
-        return bool(rows)
-
-    async def admit_many(self, entries: Sequence[NewEntry], *, retention: float) -> list[bool]:
-        # One statement for the batch. An id repeated within the batch is sent once (an
-        # upsert cannot touch one row twice); its later copies are duplicates, as they
-        # would be if admitted one after the other.
-        first: dict[str, NewEntry] = {}
-        for e in entries:
-            first.setdefault(e.update_key, e)
-        if not first:
-            return []
-        batch = list(first.values())
-        rows = await self._fetch(
-            "admit_many",
-            "admit_many",
-            [e.update_key for e in batch],
-            [logic.ordering_unit(e) for e in batch],
-            [e.payload for e in batch],
-            float(retention),
-            now=True,
-        )
-        written = {row["id"] for row in rows}
-        if written:
-            self._store._wrote()
-        answers: list[bool] = []
-        for e in entries:
-            answers.append(e.update_key in written)
-            written.discard(e.update_key)  # a repeated id is a duplicate
-        return answers
-
-    async def take(self, *, lease: float) -> InboxEntry | None:
-        rows = await self._fetch("take", "take", float(lease), now=True)
-        return _entry(rows[0]) if rows else None
-
-    async def ack(self, entry: InboxEntry) -> bool:
-        return bool(await self._fetch("ack", "ack", entry.id, entry.token))
-
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
-        rows = await self._fetch(
-            "retry", "retry", entry.id, entry.token, float(delay), storable_text(error), now=True
-        )
-        return bool(rows)
-
-    async def bury(self, entry: InboxEntry, *, error: str) -> bool:
-        return bool(await self._fetch("bury", "bury", entry.id, entry.token, storable_text(error)))
-
-    async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
-        rows = await self._fetch("extend", "extend", entry.id, entry.token, float(lease), now=True)
-        return bool(rows)
-
-    async def dead_letters(self, *, limit: int = 100) -> list[InboxEntry]:
-        rows = await self._fetch("dead_letters", "dead_letters", int(limit))
-        return [_entry(r) for r in rows]
-
-    async def redrive(self, entry_id: str) -> bool:
-        return bool(await self._fetch("redrive", "redrive", entry_id, now=True))
-
-    async def depth(self) -> int:
-        rows = await self._fetch("depth", "depth")
-        return int(rows[0][0])
