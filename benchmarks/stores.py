@@ -164,9 +164,9 @@ async def open_sqlite(_: argparse.Namespace, stack: AsyncExitStack) -> Target:
         conn.execute("COMMIT")
 
     async def raw(key: str) -> None:
-        await store._run(lambda conn: insert(conn, key))
+        await store.connection.run(lambda conn: insert(conn, key))
 
-    await store._run(
+    await store.connection.run(
         lambda conn: conn.execute(
             "CREATE TABLE IF NOT EXISTS bench_raw (k TEXT PRIMARY KEY, v BLOB) WITHOUT ROWID"
         )
@@ -176,7 +176,7 @@ async def open_sqlite(_: argparse.Namespace, stack: AsyncExitStack) -> Target:
         store,
         raw,
         "`BEGIN IMMEDIATE; INSERT OR IGNORE …; COMMIT` on the store's own thread and "
-        "connection (`store._run`: one executor hop, as the store's calls)",
+        "connection (`store.connection.run`: one executor hop, as the store's calls)",
         info=f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=NORMAL) in {tempfile.gettempdir()}",
     )
 
@@ -189,7 +189,7 @@ async def open_postgres(_: argparse.Namespace, stack: AsyncExitStack) -> Target:
         with_query(POSTGRES_URL, table_prefix=prefix, auto_create=1, connect_timeout=3)
     )
     on_exit(stack, store.close)
-    pool = await store._get_pool()  # creates the store's table (auto_create)
+    pool = await store.connection.pool()  # creates the store's table (auto_create)
     raw_table = f"{prefix}_raw"
 
     async def drop_tables() -> None:  # the records, the scratch table, any other of prefix

@@ -9,8 +9,9 @@ every table it made or found: for ``postgresql://…?table_prefix=…`` the reco
 inbox tables (``<prefix>_records`` and ``<prefix>_inbox``) and their indexes; for
 ``dynamodb://<table>?region=…`` the table (partition key ``pk``, on-demand billing) with
 TTL enabled on ``exp``. Stores that create their own structures (``memory://``,
-``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store class with a
-``migrate()`` coroutine method is migrated the same way. Exit status 0 on success, 1 on
+``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store with the
+:class:`~telegram_idem.backends.abilities.Migratable` ability (a ``migrate()`` coroutine
+method) is migrated the same way. Exit status 0 on success, 1 on
 a bad URL, bad credentials or an unreachable store (the message says which; it never
 shows a password).
 """
@@ -18,12 +19,11 @@ shows a password).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import click
 
 from telegram_idem.backends import store_from_url
+from telegram_idem.backends.abilities import Migratable
 from telegram_idem.errors import ConfigurationError, StoreError
 
 __all__ = ["cli", "main"]
@@ -38,11 +38,10 @@ def cli() -> None:
 async def _migrate(url: str) -> str:
     store = store_from_url(url)
     try:
-        migrate: Callable[[], Awaitable[Any]] | None = getattr(store, "migrate", None)
-        if migrate is None:
+        if not isinstance(store, Migratable):
             scheme = url.split(":", 1)[0]
             return f"{scheme}:// creates its own storage on first use: nothing to migrate"
-        created = await migrate()
+        created = await store.migrate()
         tables = _tables_of(store)
         if not tables:
             return f"migrated {store!r}"

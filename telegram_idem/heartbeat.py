@@ -54,6 +54,11 @@ class _Ticker:
 
     def remove(self, hid: int) -> None:
         self._holders.pop(hid, None)
+        if not self._holders:
+            # The ticker ends now rather than at its next look (up to 1 s): a loop
+            # closed right after the last holder left (PTB's run_polling closes its loop
+            # without cancelling tasks) finds no pending ticker to complain about.
+            self._wake.set()
 
     async def _run(self) -> None:
         while self._holders:

@@ -1,6 +1,7 @@
 """The record state machine of docs/design/record.md#the-record-and-its-state-machine, as pure functions (no I/O, time passed in).
 
-The memory and SQLite stores run these functions inside their one transaction; server
+The memory and SQLite stores run these functions inside their one transaction (the loop
+of :class:`telegram_idem.backends._local.LocalStore`); server
 stores (Redis Lua, Postgres SQL, DynamoDB conditions) implement the same table natively
 and are checked against these functions by the conformance suite.
 

@@ -1,5 +1,5 @@
-"""The webhook secret token rule and body bound, without any HTTP framework (shared by
-the aiohttp ingress, aiogram's request handler and the AWS Lambda handler).
+"""The webhook secret token rule, without any HTTP framework (shared by every webhook
+shell through :mod:`telegram_idem.webhook_request`).
 
 Source: Bot API, ``setWebhook``: ``secret_token`` is 1–256 chars of ``A-Z a-z 0-9 _ -``,
 sent back in the ``X-Telegram-Bot-Api-Secret-Token`` header of every webhook request.
@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from telegram_idem.errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_MAX_BODY",
     "SECRET_HEADER",
     "SecretCheck",
     "SecretTokens",
@@ -34,8 +33,6 @@ __all__ = [
 ]
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-DEFAULT_MAX_BODY = 1024 * 1024
-"""1 MiB: far above any real update, small enough to refuse abuse."""
 
 SecretTokens = str | Sequence[str] | None
 """One secret, several accepted at once (rotation), or ``None`` (only with
@@ -58,8 +55,14 @@ def check_secret_token(secret: str | None) -> str | None:
 
 
 def secret_matches(given: str, expected: str) -> bool:
-    """Whether the header value ``given`` is the secret, compared in constant time."""
-    return hmac.compare_digest(given.encode(), expected.encode())
+    """Whether the header value ``given`` is the secret, compared in constant time.
+
+    ``given`` may hold anything a client sent: aiohttp hands header bytes that are not
+    UTF-8 over as lone surrogates, which are encoded as they are (and so never match).
+    """
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 class SecretCheck:

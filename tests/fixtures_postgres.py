@@ -1,7 +1,7 @@
 """The PostgreSQL store's URL factory: a fresh table prefix per call, dropped at teardown.
 
 Each URL is ``POSTGRES_URL`` (tests/services.py) plus ``table_prefix=t<random hex>``; the
-table is made by :func:`telegram_idem.backends.postgres_schema.migrate` before the URL is
+table is made by :func:`telegram_idem.backends.postgres.migrate` before the URL is
 handed out, and dropped when the test ends. The fixture is synchronous (the async
 ``store_factory`` fixture calls it while its event loop runs), so the few async calls it
 needs run on a short-lived loop in a helper thread.
@@ -94,7 +94,7 @@ async def drop_tables(base: str, prefixes: list[str]) -> None:
     """Drop the tables of ``prefixes`` (if they exist)."""
     import asyncpg
 
-    from telegram_idem.backends.postgres_schema import drop_ddl
+    from telegram_idem.backends.postgres import drop_ddl
 
     conn = await asyncpg.connect(base, timeout=10.0)
     try:
@@ -109,7 +109,7 @@ async def drop_tables(base: str, prefixes: list[str]) -> None:
 def postgres_url_factory() -> Iterator[Callable[[], str]]:
     """A new, migrated, isolated PostgreSQL store URL per call (own table prefix)."""
     postgres_reachable_or_missing()
-    from telegram_idem.backends.postgres_schema import migrate
+    from telegram_idem.backends.postgres import migrate
 
     prefixes: list[str] = []
 

@@ -2,20 +2,23 @@
 
 Telegram waits about 60 s for a 2xx and re-sends the same update otherwise (Bot API,
 ``setWebhook``; docs/design/failures.md). This handler decides *before* it answers: it checks the
-request (:mod:`~telegram_idem.adapters.webhook_checks`), admits the update
-(:meth:`telegram_idem.Idem.admit`), answers by the outcome (:mod:`telegram_idem.admission`),
-then runs the admitted update (:meth:`~telegram_idem.admitted.Admitted.run`: the
-dispatcher's ``feed_update`` in a background task, the update bound as admitted), so the
+request as every webhook shell does (:mod:`telegram_idem.ingress.reading`, the request core
+:mod:`telegram_idem.webhook_request`), admits the update (:meth:`telegram_idem.Idem.admit`),
+answers by the outcome (:mod:`telegram_idem.admission`), then runs the admitted update
+(:meth:`~telegram_idem.admitted.Admitted.run`: the dispatcher's ``feed_update`` in a
+background task, the update bound as admitted), so the
 :class:`~telegram_idem.adapters.aiogram.IdempotencyMiddleware` does not admit it again.
 
-Two ways to mount it: :class:`FastAckWebhook` (``app.router.add_post(path, hook.handle)``)
-or :class:`IdempotentRequestHandler`, a drop-in for aiogram's ``SimpleRequestHandler``
-(``.register(app, path=...)``). aiogram's own ``SimpleRequestHandler`` with its default
+Two ways to mount it, both with the same verb: :class:`FastAckWebhook`
+(``hook.register(app, path)``) or :class:`IdempotentRequestHandler`, a drop-in for aiogram's
+``SimpleRequestHandler`` (``.register(app, path=...)``). aiogram's own ``SimpleRequestHandler`` with its default
 ``handle_in_background=True`` answers 200 *before* the guard runs, so a store outage or an
 update in progress elsewhere is lost; the middleware warns when it finds itself behind it.
 
 | situation                                      | answer                               |
 |------------------------------------------------|--------------------------------------|
+| not a webhook update (method, secret, size,    | 405, 401, 413, 408 or 400, as every  |
+| JSON, ``update_id``)                           | webhook shell (``docs/answers.md``)  |
 | new update                                     | 200, processed in background         |
 | duplicate of a completed (or failed) update    | 200, not processed                   |
 | in progress elsewhere (holder's lease alive)   | 503: Telegram re-sends later         |
@@ -45,15 +48,13 @@ from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
 from pydantic import ValidationError
 
-from telegram_idem.adapters.webhook_checks import (
-    DEFAULT_MAX_BODY,
-    DEFAULT_READ_TIMEOUT,
-    read_update,
-)
 from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
 from telegram_idem.admitted import Admitted
 from telegram_idem.errors import StoreError
 from telegram_idem.guard import Idem
+from telegram_idem.ingress.reading import read_update
+from telegram_idem.ingress.serving import register
+from telegram_idem.webhook_request import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["FastAckWebhook", "IdempotentRequestHandler"]
@@ -62,7 +63,7 @@ log = logging.getLogger("telegram_idem.webhook")
 
 
 class FastAckWebhook:
-    """An aiohttp request handler: ``app.router.add_post(path, FastAckWebhook(...).handle)``.
+    """An aiohttp webhook: ``FastAckWebhook(...).register(app, "/webhook")``.
 
     Args:
         dispatcher: the aiogram dispatcher (with ``IdempotencyMiddleware`` registered).
@@ -120,6 +121,24 @@ class FastAckWebhook:
     def in_flight(self) -> int:
         """Updates being processed in the background now."""
         return len(self._tasks)
+
+    def register(self, app: web.Application, path: str, *, grace: float = 30.0) -> None:
+        """Serve :meth:`handle` at ``POST path`` of ``app``
+        (:func:`telegram_idem.ingress.register`), and on the application's shutdown wait
+        up to ``grace`` seconds for the background work (:meth:`drain`).
+
+        The bot session is yours to close (after this shutdown step, e.g. in
+        ``app.on_cleanup``); :class:`IdempotentRequestHandler` closes it itself.
+
+        Raises:
+            RuntimeError: the application is already frozen (started).
+        """
+        register(app, path, self.handle)
+
+        async def drain(_app: web.Application) -> None:
+            await self.drain(grace)
+
+        app.on_shutdown.append(drain)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one webhook POST (see the module's table).

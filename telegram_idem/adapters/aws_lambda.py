@@ -11,13 +11,17 @@ re-sent the update and runs it again. :class:`LambdaOffload` answers in millisec
 
 The function receives two kinds of events:
 
-**A webhook request** (Lambda Function URL or API Gateway HTTP API, payload format 2.0):
+**A webhook request** (Lambda Function URL or API Gateway HTTP API, payload format 2.0;
+an API Gateway REST API event, format 1.0, is read the same way), checked by the request
+core (:func:`telegram_idem.webhook_request.check_webhook_request`, the same checks as
+every webhook shell):
 
 | request                                          | answer                                 |
 |--------------------------------------------------|----------------------------------------|
 | not ``POST``                                     | 405                                    |
-| ``X-Telegram-Bot-Api-Secret-Token`` wrong/absent | 401 (compared in constant time)        |
-| body over ``max_body`` bytes                     | 413                                    |
+| ``X-Telegram-Bot-Api-Secret-Token`` wrong/absent | 401 (compared in constant time; any    |
+|                                                  | header case)                           |
+| body over ``max_body`` bytes                     | 413 (after base64 decoding)            |
 | not JSON / no integer ``update_id`` / bad base64 | 400                                    |
 | duplicate of a completed (or failed) update      | 200, nothing invoked                   |
 | in progress elsewhere (holder's lease alive)     | 503, nothing invoked: Telegram re-sends|
@@ -89,8 +93,6 @@ holds its lease (kept alive by the heartbeat), and ``200`` once it completed.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import importlib
 import json
 import logging
@@ -106,12 +108,14 @@ from telegram_idem.errors import (
 )
 from telegram_idem.guard import Idem
 from telegram_idem.updates import validate_update
-from telegram_idem.webhook_secret import (
+from telegram_idem.webhook_request import (
     DEFAULT_MAX_BODY,
     SECRET_HEADER,
-    SecretTokens,
-    secret_check,
+    Refusal,
+    WebhookRequest,
+    check_webhook_request,
 )
+from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -144,19 +148,12 @@ _REFUSED = {
 }
 
 
-def _answer(status: int, text: str) -> dict[str, Any]:
+def _answer(status: int, text: str, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "statusCode": status,
-        "headers": {"Content-Type": "text/plain; charset=utf-8"},
+        "headers": {"Content-Type": "text/plain; charset=utf-8", **(headers or {})},
         "body": text,
     }
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
 
 
 def _error_code(exc: BaseException) -> str | None:
@@ -270,50 +267,29 @@ class LambdaOffload:
 
     # ---------------------------------------------------------------- ingress
 
-    def _read(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        """The update the request carries. Raises :class:`_Refused` with the answer."""
-        request = event.get("requestContext")
-        http = request.get("http") if isinstance(request, Mapping) else None
+    def _request(self, event: Mapping[str, Any]) -> WebhookRequest:
+        """The update the request carries, or its refusal (the request core's checks)."""
+        context = event.get("requestContext")
+        http = context.get("http") if isinstance(context, Mapping) else None
         method = http.get("method") if isinstance(http, Mapping) else None
-        if isinstance(method, str) and method.upper() != "POST":
-            raise _Refused(405, "POST only")
-        if self.secret.required:
-            headers = event.get("headers")
-            if not isinstance(headers, Mapping):
-                headers = {}
-            given = next(
-                (str(v) for k, v in headers.items() if str(k).lower() == SECRET_HEADER.lower()),
-                None,
-            )
-            # Function URLs deliver header names in lower case; any case is read.
-            if not self.secret.accepts(given):
-                raise _Refused(401, "wrong or missing secret token")
+        if method is None:
+            method = event.get("httpMethod")  # API Gateway REST API (payload format 1.0)
+        headers = event.get("headers")
         body = event.get("body") or ""
-        if event.get("isBase64Encoded"):
-            if len(body) > (self.max_body + 2) // 3 * 4 + 4:
-                raise _Refused(413, "body too large")
-            try:
-                raw = base64.b64decode(body, validate=True)
-            except (binascii.Error, ValueError):
-                raise _Refused(400, "body is not valid base64") from None
-        else:
-            raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else b""
-        if len(raw) > self.max_body:
-            raise _Refused(413, "body too large")
-        try:
-            obj = json.loads(raw)
-        except ValueError:  # includes UnicodeDecodeError
-            raise _Refused(400, "body is not JSON") from None
-        try:
-            return validate_update(obj)
-        except MalformedUpdateError as exc:
-            raise _Refused(400, str(exc)) from None
+        return check_webhook_request(
+            method if isinstance(method, str) else None,
+            headers if isinstance(headers, Mapping) else {},
+            body.encode("utf-8", "surrogatepass") if isinstance(body, str) else b"",
+            secret=self.secret,
+            max_body=self.max_body,
+            base64_encoded=bool(event.get("isBase64Encoded")),
+        )
 
     async def _ingress(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        try:
-            update = self._read(event)
-        except _Refused as refused:
-            return _answer(refused.status, refused.text)
+        request = self._request(event)
+        if isinstance(request, Refusal):
+            return _answer(request.status, request.reason, request.headers)
+        update = request.update
         function = self._function(context)
         admitted = await self.idem.admit(
             update, bot_id=self.bot_id, store_policy=self.on_store_error

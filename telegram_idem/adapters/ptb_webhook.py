@@ -8,8 +8,12 @@ update first (:meth:`telegram_idem.Idem.admit`) and answers by the outcome
 :class:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor` runs the update under that
 admission (:meth:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor.hand_over`).
 
+The request is read and checked as by every webhook shell
+(:mod:`telegram_idem.ingress.reading`, :mod:`telegram_idem.webhook_request`):
+
 | request                                           | answer                              |
 |---------------------------------------------------|-------------------------------------|
+| not ``POST``                                      | 405                                 |
 | secret header missing or wrong                    | 401                                 |
 | body over ``max_body`` bytes                      | 413                                 |
 | body not complete within ``read_timeout`` seconds | 408                                 |
@@ -33,30 +37,25 @@ crash, admit them to the durable inbox instead
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from telegram import Update
 
 from telegram_idem.adapters.ptb_common import AnyApplication
 from telegram_idem.adapters.ptb_processor import IdempotentUpdateProcessor
-from telegram_idem.adapters.webhook_checks import (
-    DEFAULT_MAX_BODY,
-    DEFAULT_READ_TIMEOUT,
-    read_update,
-)
 from telegram_idem.admission import Admission, StorePolicy
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import Idem
+from telegram_idem.ingress.reading import read_update
+from telegram_idem.ingress.serving import Handler, register
 from telegram_idem.updates import bot_id_from_token
+from telegram_idem.webhook_request import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["Handler", "ptb_webhook", "ptb_webhook_app"]
 
 log = logging.getLogger("telegram_idem.webhook")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-"""An aiohttp request handler."""
 
 
 _REFUSED = {
@@ -110,7 +109,8 @@ def ptb_webhook(
     bot_id: int | None = None,
 ) -> Handler:
     """The aiohttp request handler for Telegram's webhook POSTs (see the module's table):
-    ``web_app.router.add_post("/webhook", ptb_webhook(application, idem, secret_token=S))``.
+    ``register(web_app, "/webhook", ptb_webhook(application, idem, secret_token=S))``
+    (:func:`telegram_idem.ingress.register`).
 
     The application must be running (``await application.initialize()`` and
     ``await application.start()``; :func:`ptb_webhook_app` does both) and must not run
@@ -215,7 +215,7 @@ def ptb_webhook_app(
         bot_id=bot_id,
     )
     web_app = web.Application()
-    web_app.router.add_post(path, handler)
+    register(web_app, path, handler)
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         await application.initialize()

@@ -9,9 +9,12 @@
 | ``redis+cluster://host:7000``                   | ``RedisStore`` (cluster)  | redis      |
 | ``dynamodb://table?region=…&endpoint_url=…``    | ``DynamoDBStore``         | dynamodb   |
 
+(The table the code reads is :data:`telegram_idem.backends.registry.BUILTIN_STORES`.)
 Each store module is imported only when its scheme is used, so the core installs with
-none of the drivers. A custom :class:`Store` subclass that sets ``schemes`` serves them
-too (:mod:`telegram_idem.backends.registry`).
+none of the drivers. A custom :class:`Store` subclass that declares schemes serves them
+too, and so does a store a distribution declares as an entry point
+(:mod:`telegram_idem.backends.registry`). What a store can do beyond the record
+primitives (an inbox, ``migrate``, ``purge``) is in :mod:`telegram_idem.backends.abilities`.
 """
 
 from __future__ import annotations
@@ -26,25 +29,30 @@ from telegram_idem.clock import Clock
 __all__ = ["SCHEMES", "Store", "known_schemes", "store_from_url"]
 
 SCHEMES = BUILTIN_SCHEMES
-"""Built-in URL scheme → (module, class, pip extra). Custom stores register themselves
-by setting ``schemes`` (see :mod:`telegram_idem.backends.registry`)."""
+"""Built-in URL scheme → (module, class, pip extra or ``""``), derived from
+:data:`telegram_idem.backends.registry.BUILTIN_STORES`."""
 
 
 def store_from_url(url: str, *, clock: Clock | None = None) -> Store:
     """Make a store from a URL (see the table in this module's docstring).
 
-    A :class:`Store` subclass that sets ``schemes`` is found here once its module is
-    imported: ``class MyStore(Store): schemes = ("mystore",)`` serves ``mystore://…``
-    through its ``from_url``.
+    Besides the built-in schemes, a :class:`Store` subclass that declares schemes is found
+    once its module is imported (``class MyStore(Store, schemes=("mystore",))`` serves
+    ``mystore://…`` through its ``from_url``), and an installed distribution's entry point
+    in the group ``telegram_idem.stores`` named ``mystore`` is loaded when ``mystore://…``
+    is first asked.
 
     Args:
         url: the store URL.
         clock: seconds since the epoch; ``None`` = the store's own time source.
 
     Raises:
-        ConfigurationError: unknown scheme, malformed URL or option, or the store's
-            driver is not installed (the message names the extra to install). No
-            message shows the URL's password.
+        ConfigurationError: unknown scheme, malformed URL or option, the store's
+            driver is not installed (the message names the extra to install), or an
+            entry point that does not load a ``Store`` class. No message shows the URL's
+            password.
     """
     scheme = urlsplit(url).scheme.lower()
-    return store_class(scheme, redact(url)).from_url(url, clock=clock)
+    cls = store_class(scheme, redact(url), base=Store)
+    assert issubclass(cls, Store)  # store_class refuses any other class
+    return cls.from_url(url, clock=clock)

@@ -28,75 +28,24 @@ store (a long key is hashed to a bounded one; never a driver's size error).
 from __future__ import annotations
 
 import abc
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import ClassVar, TypeVar
 
+from telegram_idem.backends import _driver as driver
+from telegram_idem.backends import registry
+from telegram_idem.backends._driver import describe_error
+from telegram_idem.backends.abilities import HasInbox, absent, missing
 from telegram_idem.clock import Clock
-from telegram_idem.errors import ConfigurationError, IdemError, StoreError
+from telegram_idem.errors import ConfigurationError, IdemError
 from telegram_idem.inbox.base import Inbox
 from telegram_idem.keys import bounded_key
 from telegram_idem.records import Claim, Record
 
-__all__ = ["BUILTIN_SCHEMES", "CUSTOM_SCHEMES", "Store", "describe_error"]
+__all__ = ["Store", "describe_error"]
 
 T = TypeVar("T")
-
-BUILTIN_SCHEMES: dict[str, tuple[str, str, str]] = {
-    "memory": ("telegram_idem.backends.memory", "MemoryStore", ""),
-    "sqlite": ("telegram_idem.backends.sqlite", "SQLiteStore", ""),
-    "postgresql": ("telegram_idem.backends.postgres", "PostgresStore", "postgres"),
-    "postgres": ("telegram_idem.backends.postgres", "PostgresStore", "postgres"),
-    "redis": ("telegram_idem.backends.redis", "RedisStore", "redis"),
-    "rediss": ("telegram_idem.backends.redis", "RedisStore", "redis"),
-    "redis+cluster": ("telegram_idem.backends.redis", "RedisStore", "redis"),
-    "dynamodb": ("telegram_idem.backends.dynamodb", "DynamoDBStore", "dynamodb"),
-}
-"""Built-in URL scheme → (module, class, pip extra that installs its driver)."""
-
-_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
-"""RFC 3986 scheme syntax, lower case (``urlsplit`` lower-cases what it parses)."""
-
-CUSTOM_SCHEMES: dict[str, type[Store]] = {}
-"""Custom URL scheme → the :class:`Store` subclass that set it in ``schemes`` (written
-only by class creation; read by :mod:`telegram_idem.backends.registry`)."""
-
-
-def _register(cls: type[Store]) -> None:
-    """Make ``cls`` the store of each scheme in ``cls.schemes``.
-
-    Called by :meth:`Store.__init_subclass__`; a class defined again under the same module
-    and name (a reloaded module) replaces its earlier self.
-
-    Raises:
-        ConfigurationError: a scheme that is not lower-case RFC 3986 syntax, or one that
-            a built-in store or another class already serves.
-    """
-    for scheme in cls.schemes:
-        if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme):
-            raise ConfigurationError(
-                f"{cls.__qualname__}.schemes: {scheme!r} is not a lower-case URL scheme"
-            )
-        owner = _owner(scheme)
-        if owner is not None and owner != (cls.__module__, cls.__qualname__):
-            raise ConfigurationError(
-                f"{cls.__qualname__}.schemes: {scheme}:// is already served by "
-                f"{owner[0]}.{owner[1]}"
-            )
-    for scheme in cls.schemes:
-        CUSTOM_SCHEMES[scheme] = cls
-
-
-def _owner(scheme: str) -> tuple[str, str] | None:
-    if scheme in CUSTOM_SCHEMES:
-        cls = CUSTOM_SCHEMES[scheme]
-        return cls.__module__, cls.__qualname__
-    if scheme in BUILTIN_SCHEMES:
-        module, name, _extra = BUILTIN_SCHEMES[scheme]
-        return module, name
-    return None
 
 
 class Store(abc.ABC):
@@ -109,10 +58,12 @@ class Store(abc.ABC):
     """
 
     schemes: ClassVar[tuple[str, ...]] = ()
-    """URL schemes this class serves. Setting it on a subclass registers the class with
+    """URL schemes this class serves. Declaring them registers the class with
     :func:`telegram_idem.backends.store_from_url` (the subclass implements
-    :meth:`from_url`); a scheme already taken by another class is a
-    :class:`ConfigurationError` at class creation."""
+    :meth:`from_url`), by the class keyword ``class MyStore(Store, schemes=("mystore",))``
+    or by setting this attribute in the class body; a scheme already taken by another
+    class is a :class:`ConfigurationError` at class creation. A built-in store gets its
+    schemes from :data:`telegram_idem.backends.registry.BUILTIN_STORES`."""
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)
     """Driver exceptions meaning "cannot answer now": :class:`StoreError`."""
     config_errors: ClassVar[tuple[type[BaseException], ...]] = ()
@@ -121,10 +72,26 @@ class Store(abc.ABC):
     """Every exception class of the driver; one not listed above is an unexpected
     :class:`StoreError`."""
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, *, schemes: Sequence[str] | None = None, **kwargs: object) -> None:
+        """Register the schemes the class declares (:mod:`telegram_idem.backends.registry`).
+
+        Args:
+            schemes: the URL schemes the class serves, as a class keyword; or set
+                ``schemes`` in the class body (one of the two).
+
+        Raises:
+            ConfigurationError: both forms at once, a malformed scheme, or a scheme that
+                another class serves.
+        """
         super().__init_subclass__(**kwargs)
-        if "schemes" in cls.__dict__ and cls.schemes:
-            _register(cls)
+        if schemes is not None and "schemes" in cls.__dict__:
+            raise ConfigurationError(
+                f"{cls.__qualname__}: declare schemes once (the class keyword or the attribute)"
+            )
+        declared = schemes if schemes is not None else cls.__dict__.get("schemes")
+        served = registry.register(cls, declared)
+        if served is not None:
+            cls.schemes = served
 
     def __repr__(self) -> str:
         """The class name; server stores add where they connect (never a password)."""
@@ -144,18 +111,11 @@ class Store(abc.ABC):
         """
         raise ConfigurationError(f"{cls.__name__} cannot be made from a URL")
 
-    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` (one primitive) and translate a driver exception it raises
-        (see the module docstring); library errors and bugs pass through."""
-        try:
-            return await fn()
-        except IdemError:
-            raise
-        except Exception as exc:
-            error = self._translate(op, exc)
-            if error is None:
-                raise
-            raise error from exc
+    def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        """Run ``fn`` (one primitive) and translate a driver exception it raises (see
+        the module docstring): the awaitable of :func:`telegram_idem.backends._driver.call`
+        with :meth:`_translate`. Library errors and bugs pass through."""
+        return driver.call(op, fn, self._translate)
 
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         """The library error for ``exc`` raised by operation ``op``, or ``None`` if ``exc``
@@ -163,17 +123,8 @@ class Store(abc.ABC):
 
         Override to classify by text or code, then defer to this for the rest.
         """
-        where = f"{self!r}.{op}"
-        if isinstance(exc, self.config_errors):
-            return ConfigurationError(f"{where}: {describe_error(exc)}")
-        if isinstance(exc, self.driver_errors):
-            return StoreError(f"{where} failed: {describe_error(exc)}", original=exc)
-        if isinstance(exc, self.driver_base):
-            return StoreError(
-                f"{where} failed with an unexpected driver error: {describe_error(exc)}",
-                original=exc,
-            )
-        return None
+        errors = driver.DriverErrors(self.driver_errors, self.config_errors, self.driver_base)
+        return errors.translate(f"{self!r}.{op}", exc)
 
     async def claim(
         self, key: str, *, fingerprint: str | None = None, lease: float, retention: float
@@ -269,14 +220,19 @@ class Store(abc.ABC):
         """
         return await self._call("now", self._now)
 
+    @absent
     def inbox(self) -> Inbox:
         """The durable inbox sharing this store's connection (admission is one
-        transaction with the update guard).
+        transaction with the update guard). Stores with an inbox override this (the
+        :class:`~telegram_idem.backends.abilities.HasInbox` ability); this base method is
+        the stand-in for the others, marked absent, and only raises.
 
         Raises:
-            ConfigurationError: this store has no inbox.
+            ConfigurationError: this store has no inbox (the message names the store and
+                the ability; :func:`telegram_idem.backends.abilities.inbox_of` raises the
+                same).
         """
-        raise ConfigurationError(f"{type(self).__name__} has no inbox")
+        raise missing(self, HasInbox)
 
     async def close(self) -> None:
         """Release connections. Idempotent."""
@@ -318,19 +274,6 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _get(self, key: str) -> Record | None: ...
-
-
-def describe_error(exc: BaseException) -> str:
-    """``"<class>: <message>"`` of a driver exception, its cause's message appended when
-    it adds one (``TimeoutError`` has no message of its own).
-
-    Not ``repr``: redis-py 8's ``repr`` is only a category (``network:ConnectionError``).
-    """
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text += f" ({type(cause).__name__}: {cause})"
-    return text
 
 
 def _check_times(lease: float, retention: float) -> None:

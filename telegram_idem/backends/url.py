@@ -21,7 +21,7 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["StoreURL", "redact", "reject_unknown", "url_options"]
+__all__ = ["StoreURL", "redact"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -59,12 +59,15 @@ class StoreURL:
     options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, url: str, *, schemes: Collection[str]) -> StoreURL:
+    def parse(cls, url: str, *, schemes: Collection[str], multi_host: bool = False) -> StoreURL:
         """Split ``url`` and check its scheme (case-insensitive) and port.
 
         Args:
             url: the store URL.
             schemes: the lower-case schemes the calling store serves.
+            multi_host: the authority may list several ``host:port`` (a cluster's seed
+                nodes, ``h1:7000,h2:7000``): its port is not checked here, the store
+                splits and checks the list itself.
 
         Raises:
             ConfigurationError: another scheme, or a port that is not a number.
@@ -72,7 +75,8 @@ class StoreURL:
         shown = redact(url)
         try:
             parts = urlsplit(url)
-            parts.port  # noqa: B018  (validates the port)
+            if not multi_host:
+                parts.port  # noqa: B018  (validates the port)
         except ValueError:
             raise ConfigurationError(f"bad host or port in store URL {shown}") from None
         if parts.scheme.lower() not in schemes:
@@ -168,18 +172,3 @@ class StoreURL:
         """The raw URL with its query replaced by ``query`` and no fragment (e.g. a DSN
         for the driver with only its own options). Holds the password: never show it."""
         return urlunsplit(self.parts._replace(query=urlencode(list(query)), fragment=""))
-
-
-def url_options(url: str) -> dict[str, str]:
-    """The query parameters of ``url`` (last value wins). Superseded by :class:`StoreURL`;
-    kept until every store reads its URL through it."""
-    return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-
-
-def reject_unknown(url: str, remaining: dict[str, str]) -> None:
-    """Raise :class:`ConfigurationError` if options were left unread. Superseded by
-    :meth:`StoreURL.finish`; kept until every store reads its URL through it."""
-    if remaining:
-        raise ConfigurationError(
-            f"unknown option(s) {sorted(remaining)} in store URL {redact(url)}"
-        )

@@ -24,6 +24,13 @@ While the inbox cannot answer (a store outage) each task waits with exponential 
 outage starts, one per ``outage_log_interval`` while it lasts, and one when it ends.
 Graceful shutdown (:meth:`InboxWorker.stop`) finishes in-flight entries within a grace
 period and returns the rest to the inbox.
+
+Lifecycle: ``async with worker:`` starts the worker on entry and stops it gracefully on
+exit (``stop(grace=shutdown_grace)``), however the block ends;
+:func:`telegram_idem.ingress.register` does the same for an aiohttp application's life.
+A worker runs at most once at a time: starting a running worker raises ``RuntimeError``;
+stopping one that is not running (never started, or stopped already) does nothing. A
+stopped worker may be started again.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError, StoreError
 from telegram_idem.inbox.base import Inbox, InboxEntry
@@ -98,10 +106,13 @@ class InboxWorker:
         outage_backoff_max: longest wait, seconds, between takes while the inbox is down.
         outage_log_interval: seconds between "still unavailable" lines during an outage.
         sleep: how the outage backoff waits (tests inject one).
+        shutdown_grace: seconds in-flight entries may take to finish when an ``async
+            with worker:`` block (or :func:`telegram_idem.ingress.register`'s
+            application) ends; then they are cancelled and returned to the inbox.
 
     Raises:
-        ValueError: ``concurrency`` or ``max_attempts`` < 1, ``lease`` ≤ 0, or
-            ``handler_timeout`` ≤ 0.
+        ValueError: ``concurrency`` or ``max_attempts`` < 1, ``lease`` ≤ 0,
+            ``handler_timeout`` ≤ 0, or ``shutdown_grace`` < 0.
     """
 
     def __init__(
@@ -120,11 +131,14 @@ class InboxWorker:
         outage_backoff_max: float = 30.0,
         outage_log_interval: float = 60.0,
         sleep: Sleep = asyncio.sleep,
+        shutdown_grace: float = 30.0,
     ) -> None:
         if concurrency < 1 or max_attempts < 1 or lease <= 0:
             raise ValueError("concurrency and max_attempts must be ≥ 1 and lease > 0")
         if handler_timeout is not None and handler_timeout <= 0:
             raise ValueError("handler_timeout must be > 0 seconds (or None for no limit)")
+        if shutdown_grace < 0:
+            raise ValueError("shutdown_grace must be ≥ 0 seconds")
         self.inbox = inbox
         self.dispatch = dispatch
         self.concurrency = concurrency
@@ -138,6 +152,7 @@ class InboxWorker:
         self.outage_backoff_max = outage_backoff_max
         self.outage_log_interval = outage_log_interval
         self.sleep = sleep
+        self.shutdown_grace = shutdown_grace
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -332,6 +347,10 @@ class InboxWorker:
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
+            # Cleared before looking, not after: a notify() that arrives while this take
+            # finds nothing must still wake the wait below (the entry it announces was
+            # committed after the take looked).
+            self._wake.clear()
             try:
                 took = await self.run_once()
             except StoreError as exc:
@@ -339,21 +358,52 @@ class InboxWorker:
                 continue
             self._inbox_up()
             if not took:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
                         await self._wake.wait()
             else:
                 self._wake.set()  # there may be more: let idle siblings look too
 
+    @property
+    def running(self) -> bool:
+        """Whether the worker was started and not stopped since."""
+        return bool(self._tasks)
+
     def start(self) -> None:
-        """Start ``concurrency`` worker tasks in the running loop."""
+        """Start ``concurrency`` worker tasks in the running loop (not a coroutine).
+
+        Raises:
+            RuntimeError: the worker is running already (one started twice would run
+                two pools and stop only the second), or no event loop is running.
+        """
+        if self._tasks:
+            raise RuntimeError(
+                "InboxWorker is running already: start it once (async with worker:, or "
+                "telegram_idem.ingress.register(..., worker=worker), which starts it)"
+            )
         self._stopping.clear()
         self._tasks = [asyncio.create_task(self._loop()) for _ in range(self.concurrency)]
 
+    async def __aenter__(self) -> Self:
+        """Start the worker (:meth:`start`); raises ``RuntimeError`` as it does."""
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the worker gracefully: ``stop(grace=shutdown_grace)``."""
+        await self.stop(grace=self.shutdown_grace)
+
     async def stop(self, *, grace: float = 30.0) -> None:
         """Stop taking entries; let in-flight ones finish for ``grace`` seconds, then
-        cancel them and return their entries to the inbox (retry without delay)."""
+        cancel them and return their entries to the inbox (retry without delay).
+
+        A worker that is not running (never started, or stopped already) is left as it
+        is: stopping it again does nothing."""
         self._stopping.set()
         self._wake.set()
         if self._in_flight:

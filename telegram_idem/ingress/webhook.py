@@ -1,13 +1,17 @@
 """Fast-ack webhook ingress (aiohttp, no bot framework): check, admit, answer.
 
-Request → secret token (constant time) → body bound and read timeout → JSON with an
-integer ``update_id`` → the update guard claim **and** the inbox entry written together
-(:meth:`telegram_idem.Idem.admit_to_inbox`) → 200. The table for every ingress shape is
-``docs/answers.md``; a refused admission is read back to tell a duplicate from an update
-in progress elsewhere.
+Request → the checks every webhook shell shares (:mod:`telegram_idem.ingress.reading`
+around the request core :mod:`telegram_idem.webhook_request`: secret token in constant
+time, body bound and read timeout, JSON with an integer ``update_id``) → the update guard
+claim **and** the inbox entry written together (:meth:`telegram_idem.Idem.admit_to_inbox`)
+→ 200. Serve it with its worker in one call:
+``telegram_idem.ingress.register(app, path, ingress, worker=worker)``. The table for
+every ingress shape is ``docs/answers.md``; a refused admission is read back to tell a
+duplicate from an update in progress elsewhere.
 
 | situation                                    | answer                                   |
 |----------------------------------------------|------------------------------------------|
+| not ``POST``                                 | 405 (aiohttp's router)                   |
 | secret header missing or wrong               | 401, nothing stored                      |
 | body over ``max_body`` bytes                 | 413                                      |
 | body incomplete after ``read_timeout`` s     | 408                                      |
@@ -40,17 +44,14 @@ from typing import Any
 
 from aiohttp import web
 
-from telegram_idem.adapters.webhook_checks import (
-    DEFAULT_MAX_BODY,
-    DEFAULT_READ_TIMEOUT,
-    read_update,
-)
 from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.guard import Idem
 from telegram_idem.inbox.entries import new_entry
 from telegram_idem.inbox.worker import Dispatch
+from telegram_idem.ingress.reading import read_update
 from telegram_idem.ordering import Ordering
+from telegram_idem.webhook_request import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = ["WebhookIngress", "new_entry"]
@@ -59,7 +60,8 @@ log = logging.getLogger("telegram_idem.ingress")
 
 
 class WebhookIngress:
-    """``app.router.add_post(path, WebhookIngress(...).handle)``.
+    """``register(app, path, WebhookIngress(...), worker=worker)``
+    (:func:`telegram_idem.ingress.register`), or ``app.router.add_post(path, ingress.handle)``.
 
     Args:
         idem: the guard; its store must have an inbox (memory, SQLite, Postgres, Redis).
@@ -75,7 +77,8 @@ class WebhookIngress:
             in-process with ``fail_open_dispatch`` (unguarded, the update bound) and
             answers 200.
         fail_open_dispatch: required for ``fail_open``.
-        on_admitted: called after each new entry (e.g. ``worker.notify``).
+        on_admitted: called after each new entry (e.g. ``worker.notify``, which
+            :func:`~telegram_idem.ingress.register` sets when it is ``None``).
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
             :class:`~telegram_idem.ordering.Ordering`.

@@ -93,3 +93,14 @@ def test_passthrough_keeps_order_and_with_query_rebuilds_the_driver_url() -> Non
 )
 def test_redact(url: str, shown: str) -> None:
     assert redact(url) == shown
+
+
+def test_multi_host_leaves_a_host_list_to_the_store() -> None:
+    text = f"redis+cluster://:{SECRET}@h1:7000,h2:7001?key_prefix=p"
+    with pytest.raises(ConfigurationError) as info:
+        StoreURL.parse(text, schemes=("redis+cluster",))  # one port expected
+    assert SECRET not in str(info.value)
+    url = StoreURL.parse(text, schemes=("redis+cluster",), multi_host=True)
+    assert url.parts.netloc.rpartition("@")[2] == "h1:7000,h2:7001"
+    assert url.take_text("key_prefix") == "p"
+    assert SECRET not in url.shown

@@ -527,3 +527,56 @@ async def test_notify_ends_the_outage_backoff_once_an_update_is_admitted(
         await worker.stop()
         await store.close()
     assert done == [1]
+
+
+class _AdmitDuringEmptyTake(Inbox):
+    """Delegates to ``inner``; the first take that finds nothing admits an entry and
+    calls ``notify`` before it returns: an ingress admitting while the worker looks."""
+
+    def __init__(self, inner: Inbox) -> None:
+        self.inner = inner
+        self.worker: InboxWorker | None = None
+        self.fired = False
+
+    async def take(self, *, lease: float) -> Any:
+        got = await self.inner.take(lease=lease)
+        if got is None and not self.fired and self.worker is not None:
+            self.fired = True
+            await self.inner.admit(entry(1, "chat:a"), retention=RETENTION)
+            self.worker.notify()
+        return got
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in {
+            "admit",
+            "admit_many",
+            "ack",
+            "retry",
+            "bury",
+            "extend",
+            "dead_letters",
+            "redrive",
+            "depth",
+        }:
+            return getattr(object.__getattribute__(self, "inner"), name)
+        return object.__getattribute__(self, name)
+
+    admit = admit_many = ack = retry = bury = extend = None  # type: ignore[assignment]
+    dead_letters = redrive = depth = None  # type: ignore[assignment]
+
+
+async def test_a_notify_during_a_take_that_found_nothing_is_not_lost(tmp_path: Path) -> None:
+    wrapped = _AdmitDuringEmptyTake(SQLiteStore(tmp_path / "inbox.db").inbox())
+    seen: list[int] = []
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        seen.append(update["update_id"])
+
+    # A poll interval far longer than the test: only the notify can wake the worker.
+    worker = InboxWorker(wrapped, dispatch, concurrency=1, poll_interval=3600.0)
+    wrapped.worker = worker
+    async with worker:
+        async with asyncio.timeout(10):
+            while not seen:
+                await asyncio.sleep(0.01)
+    assert wrapped.fired and seen == [1]

@@ -43,9 +43,9 @@ from telegram_idem.backends.dynamodb import (
     THROTTLING_CODES,
     TTL_ATTRIBUTE,
     DynamoDBStore,
-    _names,
     create_table,
 )
+from telegram_idem.backends.dynamodb._items import expression_names
 
 pytestmark = pytest.mark.dynamodb
 
@@ -259,7 +259,7 @@ async def test_a_write_landing_between_the_two_round_trips_of_a_takeover_wins(
     try:
         first = await claim(store)
         clock.advance(LEASE + 1)  # the lease is over: the next claim takes over in two trips
-        db = await store._ready()
+        db = await store.connection.ready()
         put = db.put
         calls = 0
 
@@ -445,6 +445,40 @@ async def test_create_table_is_idempotent_and_enables_ttl_on_exp(
             await create_table(store, names[0], billing="FREE")
     finally:
         await store.close()
+
+
+async def test_migrate_creates_the_table_with_ttl_and_is_idempotent(
+    dynamodb_endpoint: DynamoDBEndpoint,  # noqa: F811
+    boto: Any,
+    extra_tables: list[str],
+) -> None:
+    """``store.migrate()`` (what ``telegram-idem migrate`` runs) on a store without
+    ``create_table``: the table appears with key ``pk`` and TTL on ``exp``; a second
+    migrate (or another store's) finds it and changes nothing."""
+    name = f"t{time.time_ns():x}m"
+    extra_tables.append(name)
+    store = DynamoDBStore(name, endpoint_url=dynamodb_endpoint.url)
+    again = DynamoDBStore(name, endpoint_url=dynamodb_endpoint.url)
+    try:
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            await store.get("k")  # no create_table: the first call does not make it
+        assert await store.migrate() is True
+        table = boto.describe_table(TableName=name)["Table"]
+        assert table["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+        assert table["TableStatus"] == "ACTIVE"
+        ttl = boto.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+        assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", "exp")
+        assert (await store.claim("k", lease=LEASE, retention=RETENTION)).outcome is (
+            Outcome.ACQUIRED
+        )
+        assert await store.migrate() is False
+        assert await again.migrate() is False
+        assert (await again.claim("k", lease=LEASE, retention=RETENTION)).outcome is (
+            Outcome.IN_PROGRESS
+        )  # the record survived both migrations
+    finally:
+        await store.close()
+        await again.close()
 
 
 async def test_store_url_with_create_table_makes_the_table_with_ttl(
@@ -648,18 +682,21 @@ def test_url_options() -> None:
         "eu-west-1",
         "http://127.0.0.1:5000",
     )
-    assert store._create_table is True
-    assert (store._config.connect_timeout, store._config.read_timeout) == (1.5, 3.0)
-    assert store._config.retries == {"mode": "standard", "total_max_attempts": 4}
+    assert store.connection.create_table is True
+    assert (store.connection.config.connect_timeout, store.connection.config.read_timeout) == (
+        1.5,
+        3.0,
+    )
+    assert store.connection.config.retries == {"mode": "standard", "total_max_attempts": 4}
     plain = store_from_url("dynamodb://idem")
     assert isinstance(plain, DynamoDBStore)
-    assert (plain.table, plain.region, plain.endpoint_url, plain._create_table) == (
+    assert (plain.table, plain.region, plain.endpoint_url, plain.connection.create_table) == (
         "idem",
         REGION,
         None,
         False,
     )
-    assert plain._config.retries == {"mode": "standard", "total_max_attempts": 3}
+    assert plain.connection.config.retries == {"mode": "standard", "total_max_attempts": 3}
 
 
 @pytest.mark.parametrize(
@@ -685,6 +722,23 @@ def test_bad_urls_are_configuration_errors(url: str) -> None:
         store_from_url(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "dynamodb://user:s3cret@idem",
+        "dynamodb://:s3cret@idem?region=eu-west-1",
+        "dynamodb://user:s3cret@idem?colour=blue",
+        "dynamodb://user:s3cret@idem?read_timeout=soon",
+        "dynamodb://user:s3cret@x",
+    ],
+)
+def test_url_errors_never_show_a_password(url: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        store_from_url(url)
+    assert "s3cret" not in str(info.value)
+    assert "***" in str(info.value)
+
+
 def test_bad_constructor_arguments_are_configuration_errors() -> None:
     with pytest.raises(ConfigurationError):
         DynamoDBStore("x")
@@ -694,7 +748,7 @@ def test_bad_constructor_arguments_are_configuration_errors() -> None:
 
 def test_expressions_name_only_the_placeholders_they_use() -> None:
     # DynamoDB rejects a request whose ExpressionAttributeNames has an unused entry
-    assert _names("#token = :t AND #exp_at > :now", "SET #lease = :l") == {
+    assert expression_names("#token = :t AND #exp_at > :now", "SET #lease = :l") == {
         "#exp_at": "exp_at",
         "#lease": "lease",
         "#token": "token",

@@ -33,8 +33,7 @@ from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends import store_from_url
-from telegram_idem.backends.postgres import PostgresStore
-from telegram_idem.backends.postgres_schema import COLUMNS, create_ddl, migrate
+from telegram_idem.backends.postgres import COLUMNS, PostgresStore, create_ddl, migrate
 from telegram_idem.cli import cli
 
 pytestmark = pytest.mark.postgres
@@ -107,7 +106,7 @@ async def test_each_primitive_is_one_round_trip(
     trips = Trips()
     url = with_option(postgres_url_factory(), "min_size=1&max_size=1")
     store = closing(PostgresStore.from_url(url, clock=clock))
-    store._connect_kwargs["connection_class"] = counting_connection_class(trips)
+    store.connection.connect_kwargs["connection_class"] = counting_connection_class(trips)
 
     # warm every statement once (a new connection prepares each statement on first use)
     warm = await store.claim("warm", lease=LEASE, retention=RETENTION)
@@ -173,7 +172,7 @@ async def test_first_use_on_a_new_connection_prepares_then_executes(
 ) -> None:
     trips = Trips()
     store = closing(PostgresStore.from_url(postgres_url_factory(), clock=clock))
-    store._connect_kwargs["connection_class"] = counting_connection_class(trips)
+    store.connection.connect_kwargs["connection_class"] = counting_connection_class(trips)
     await store.get("x")  # opens the pool
     trips.clear()
     await store.claim("k", lease=LEASE, retention=RETENTION)
@@ -334,7 +333,7 @@ async def test_background_purge_runs_every_n_writes(
     clock.advance(10)
     assert await count_rows(prefix_of(url)) == 4
     await store.claim("new", lease=1.0, retention=100.0)  # the 5th write starts a purge
-    task = store._purge_task
+    task = store.connection.purge_task
     assert task is not None
     await task
     assert await count_rows(prefix_of(url)) == 1
@@ -403,7 +402,7 @@ async def test_50_claims_of_one_key_through_50_connections_acquire_once(
     pids: set[int] = set()
 
     async def claim_on_own_connection(barrier: asyncio.Barrier) -> Any:
-        pool = await store._get_pool()
+        pool = await store.connection.pool()
         async with pool.acquire() as conn:  # hold 50 distinct connections at once
             pids.add(conn.get_server_pid())
             await barrier.wait()
@@ -459,7 +458,7 @@ async def test_statement_cache_size_0_uses_only_unnamed_statements(
     trips = Trips()
     url = with_option(postgres_url_factory(), "statement_cache_size=0&max_size=1")
     store = closing(PostgresStore.from_url(url, clock=clock))
-    store._connect_kwargs["connection_class"] = counting_connection_class(trips)
+    store.connection.connect_kwargs["connection_class"] = counting_connection_class(trips)
     first = await store.claim("k", fingerprint="fp", lease=LEASE, retention=RETENTION)
     assert await store.complete("k", first.token, b"r", retention=RETENTION)
     trips.clear()
@@ -471,7 +470,7 @@ async def test_statement_cache_size_0_uses_only_unnamed_statements(
     claims = await store.claim_many(["a", "b"], lease=LEASE, retention=RETENTION)
     assert [c.outcome for c in claims] == [Outcome.ACQUIRED, Outcome.ACQUIRED]
     assert all(name == "" for call, name in trips.calls if call == "prepare")
-    pool = await store._get_pool()
+    pool = await store.connection.pool()
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
 
@@ -591,13 +590,14 @@ def test_url_options_are_parsed_and_stripped_from_the_dsn() -> None:
     )
     assert isinstance(store, PostgresStore)
     assert store.table == "bot1_records"
-    assert store._dsn == (
+    assert store.connection.dsn == (
         "postgres://bot:s3cret@db.example:6432/bot?sslmode=require&application_name=mybot"
     )
-    assert (store._min_size, store._max_size, store._statement_cache_size) == (2, 20, 0)
-    assert (store._command_timeout, store._connect_timeout) == (2.5, 4.0)
-    assert (store._purge_every, store._purge_batch, store._auto_create) == (10, 50, True)
-    assert store._clock is None  # the server's clock
+    options = store.connection.options
+    assert (options.min_size, options.max_size, options.statement_cache_size) == (2, 20, 0)
+    assert (options.command_timeout, options.connect_timeout) == (2.5, 4.0)
+    assert (options.purge_every, options.purge_batch, options.auto_create) == (10, 50, True)
+    assert store.connection.clock is None  # the server's clock
     assert "s3cret" not in repr(store)
 
 
@@ -605,8 +605,9 @@ def test_url_defaults() -> None:
     store = store_from_url("postgresql://postgres@127.0.0.1/test")
     assert isinstance(store, PostgresStore)
     assert store.table == "idem_records"
-    assert (store._min_size, store._max_size, store._statement_cache_size) == (1, 10, 100)
-    assert store._auto_create is False
+    options = store.connection.options
+    assert (options.min_size, options.max_size, options.statement_cache_size) == (1, 10, 100)
+    assert options.auto_create is False
 
 
 @pytest.mark.parametrize(

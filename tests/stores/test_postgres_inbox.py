@@ -26,9 +26,13 @@ from services import POSTGRES_URL
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.postgres import PostgresStore
-from telegram_idem.backends.postgres_inbox import PostgresInbox
-from telegram_idem.backends.postgres_schema import INBOX_COLUMNS, create_ddl, migrate
+from telegram_idem.backends.postgres import (
+    INBOX_COLUMNS,
+    PostgresInbox,
+    PostgresStore,
+    create_ddl,
+    migrate,
+)
 from telegram_idem.inbox import logic
 from telegram_idem.inbox.base import Inbox, InboxEntry, NewEntry
 from telegram_idem.records import Record
@@ -111,7 +115,7 @@ async def test_every_inbox_call_is_one_round_trip(
     trips = Trips()
     url = with_option(postgres_url_factory(), "min_size=1&max_size=1&purge_every=0")
     store = closing(PostgresStore.from_url(url, clock=clock))
-    store._connect_kwargs["connection_class"] = counting_connection_class(trips)
+    store.connection.connect_kwargs["connection_class"] = counting_connection_class(trips)
     inbox = store.inbox()
 
     # warm every statement once (a new connection prepares each statement on first use)

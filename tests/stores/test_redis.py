@@ -36,8 +36,7 @@ from telegram_idem import (
     StoreError,
     store_from_url,
 )
-from telegram_idem.backends import redis_scripts
-from telegram_idem.backends.redis import RedisStore
+from telegram_idem.backends.redis import SCRIPTS, RedisStore
 
 pytestmark = pytest.mark.redis
 
@@ -268,7 +267,7 @@ async def test_cluster_round_trips(
     keys = [f"idem:1:a:approve:{734519000 + i}" for i in range(100)]
     try:
         await store.get("warm-up")  # discovery happens here
-        for source in (redis_scripts.CLAIM, redis_scripts.COMPLETE):  # no NOSCRIPT below
+        for source in (SCRIPTS["claim"].source, SCRIPTS["complete"].source):  # no NOSCRIPT below
             await store.client.execute_command(
                 "SCRIPT LOAD", source, target_nodes=RedisCluster.PRIMARIES
             )
@@ -321,13 +320,13 @@ async def test_claim_many_batches_share_a_slot(
 ) -> None:
     store = RedisStore(redis_cluster_url_factory())
     sent: list[list[bytes]] = []
-    original = store._claim_batches
+    original = store.connection.run_pipelined
 
-    async def spy(batches: list[list[bytes]], args: Any) -> Any:
+    async def spy(script: Any, batches: list[list[bytes]], args: Any) -> Any:
         sent.extend(batches)
-        return await original(batches, args)
+        return await original(script, batches, args)
 
-    monkeypatch.setattr(store, "_claim_batches", spy)
+    monkeypatch.setattr(store.connection, "run_pipelined", spy)
     keys = [f"idem:1:a:approve:{i * 7919}:{i}" for i in range(300)]  # 2 pairs share a slot
     try:
         await store.claim_many(keys, lease=LEASE, retention=RETENTION)
@@ -432,13 +431,13 @@ async def test_cluster_claim_many_survives_script_flush(
     store = RedisStore(redis_cluster_url_factory())
     keys = [f"idem:1:a:{i}" for i in range(50)]
     sent: list[str] = []
-    pipeline = store._pipeline
+    pipeline = store.connection.pipeline
 
     async def spy(command: str, *args: Any) -> Any:
         sent.append(command)
         return await pipeline(command, *args)
 
-    monkeypatch.setattr(store, "_pipeline", spy)
+    monkeypatch.setattr(store.connection, "pipeline", spy)
     try:
         await store.get("warm-up")
         await store.client.execute_command("SCRIPT FLUSH", target_nodes=RedisCluster.PRIMARIES)

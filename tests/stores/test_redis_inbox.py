@@ -29,10 +29,8 @@ from redis.backoff import NoBackoff
 from services import service_missing
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status
-from telegram_idem.backends import redis_inbox, redis_scripts
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.redis import RedisStore
-from telegram_idem.backends.redis_inbox import RedisInbox
+from telegram_idem.backends.redis import SCRIPTS, RedisInbox, RedisStore
 from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
 
 pytestmark = pytest.mark.redis
@@ -40,14 +38,17 @@ pytestmark = pytest.mark.redis
 T = TypeVar("T")
 LEASE = 30.0
 RETENTION = 3600.0
-SCRIPTS = (
-    redis_inbox.ADMIT,
-    redis_inbox.TAKE,
-    redis_inbox.HELD,
-    redis_inbox.REDRIVE,
-    redis_inbox.DEAD_LETTERS,
-    redis_scripts.CLAIM,
-    redis_scripts.GET,
+SOURCES = tuple(
+    SCRIPTS[name].source
+    for name in (
+        "inbox_admit",
+        "inbox_take",
+        "inbox_held",
+        "inbox_redrive",
+        "inbox_dead_letters",
+        "claim",
+        "get",
+    )
 )
 
 
@@ -110,7 +111,7 @@ async def counted(stats_port: int, admin: Redis) -> AsyncIterator[RedisStore]:
         connection_class=CountingConnection, port=stats_port, retry=Retry(NoBackoff(), 0)
     )
     store = RedisStore(Redis(connection_pool=pool))
-    for source in SCRIPTS:  # steady state: no NOSCRIPT below
+    for source in SOURCES:  # steady state: no NOSCRIPT below
         await admin.script_load(source)
     await store.get("warm-up")  # the connection is open
     yield store
@@ -334,7 +335,7 @@ async def test_cluster_round_trips(
     inbox = inbox_of(store)
     try:
         await store.get("warm-up")  # discovery happens here
-        for source in SCRIPTS:
+        for source in SOURCES:
             await store.client.execute_command(
                 "SCRIPT LOAD", source, target_nodes=RedisCluster.PRIMARIES
             )
@@ -492,11 +493,26 @@ async def test_random_operations_match_the_memory_inbox_on_a_cluster(
         await store.close()
 
 
-def test_entry_status_round_trips() -> None:
-    row = [b"idem:7:u:1", 3, b"chat:1", b"{}", b"dead", 2, 5, 1_700_000_000_500, 0, b"err"]
-    got = redis_inbox._entry(row)
-    assert (got.status, got.available_at, got.last_error) == (
-        EntryStatus.DEAD,
-        1_700_000_000.5,
-        "err",
-    )
+async def test_a_dead_letter_reads_back_its_status_times_and_error(
+    redis_url_factory: Callable[[], str],
+) -> None:
+    """The reply of a script decodes to the entry as written: status, millisecond times
+    back in seconds, the error text."""
+    clock = ManualClock(1_700_000_000.5)
+    store = RedisStore(redis_url_factory(), clock=clock)
+    inbox = inbox_of(store)
+    try:
+        assert await inbox.admit(entry(1), retention=RETENTION)
+        taken = await inbox.take(lease=LEASE)
+        assert taken is not None and await inbox.bury(taken, error="err")
+        [got] = await inbox.dead_letters()
+        assert (got.id, got.status, got.attempts, got.token) == (
+            "idem:7:u:1",
+            EntryStatus.DEAD,
+            1,
+            1,
+        )
+        assert (got.available_at, got.lease_expires_at) == (1_700_000_000.5, 1_700_000_030.5)
+        assert got.last_error == "err"
+    finally:
+        await store.close()

@@ -1,0 +1,1 @@
+"""A minimal aiogram 3 bot on long polling, made duplicate-safe (``python -m examples.aiogram_minimal``)."""

@@ -1,0 +1,1 @@
+"""The fast-ack webhook with the durable inbox on SQLite (``python -m examples.webhook_inbox``)."""

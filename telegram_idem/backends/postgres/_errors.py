@@ -1,0 +1,74 @@
+"""Which asyncpg exceptions mean what (docs/store-postgres.md#errors).
+
+:data:`POSTGRES_ERRORS` classifies by exception class (the shared
+:class:`~telegram_idem.backends._driver.DriverErrors`); :func:`translate` adds the two
+cases with a message of their own: a missing table (run ``telegram-idem migrate``) and a
+value beyond what PostgreSQL can hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg  # type: ignore[import-untyped]
+import asyncpg.exceptions  # type: ignore[import-untyped]
+
+from telegram_idem.backends._driver import DriverErrors, describe_error
+from telegram_idem.errors import ConfigurationError, IdemError
+
+__all__ = ["POSTGRES_ERRORS", "translate"]
+
+POSTGRES_ERRORS = DriverErrors(
+    transient=(
+        OSError,  # refused, reset, unreachable; TimeoutError is an OSError
+        asyncio.TimeoutError,  # command_timeout, pool acquire timeout
+        asyncpg.PostgresConnectionError,  # class 08: connection lost / failed
+        asyncpg.InterfaceError,  # connection closed, pool closing (misuse subclasses
+        #                          are translated before they get here)
+        asyncpg.exceptions.OperatorInterventionError,  # shutdown, cannot connect now,
+        #                                                 query canceled (statement_timeout)
+        asyncpg.exceptions.InsufficientResourcesError,  # too many connections, disk full
+        asyncpg.exceptions.ReadOnlySQLTransactionError,  # failover to a standby
+        asyncpg.exceptions.TransactionRollbackError,  # deadlock / serialization
+        asyncpg.exceptions.InternalClientError,  # a connection left in a broken state
+    ),
+    config=(
+        asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # bad password, no role
+        asyncpg.exceptions.InvalidCatalogNameError,  # no such database
+        asyncpg.exceptions.InsufficientPrivilegeError,
+        asyncpg.exceptions.ClientConfigurationError,
+    ),
+    base=(asyncpg.PostgresError, asyncpg.InterfaceError),
+)
+"""asyncpg's exceptions by meaning: ``transient`` = the server cannot answer now,
+``config`` = credentials, database or privileges are wrong, ``base`` = all of asyncpg's."""
+
+_VALUE_ERRORS = (
+    asyncpg.exceptions.ProgramLimitExceededError,  # 54000: index row size exceeds maximum
+    asyncpg.exceptions.DataError,  # class 22: e.g. NUL in a text value
+)
+
+
+def translate(where: str, exc: Exception, *, tables: tuple[str, str]) -> IdemError | None:
+    """The library error for ``exc``, or ``None`` when it is not asyncpg's (propagated).
+
+    Args:
+        where: ``"<store repr>.<op>"`` (never a password).
+        exc: what the round trip raised.
+        tables: ``(records table, inbox table)``: a missing one is named.
+    """
+    if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
+        records, inbox = tables
+        missing = inbox if inbox in str(exc) else records
+        return ConfigurationError(
+            f"{where}: table {missing!r} does not exist: run `telegram-idem migrate "
+            f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "
+            f"the store URL ({exc})"
+        )
+    if isinstance(exc, _VALUE_ERRORS):
+        return ConfigurationError(
+            f"{where}: PostgreSQL cannot store this value ({describe_error(exc)}); "
+            "keys longer than about 2,700 bytes exceed its index row limit, and text "
+            "columns refuse NUL"
+        )
+    return POSTGRES_ERRORS.translate(where, exc)

@@ -1,0 +1,73 @@
+"""Where the Redis store keeps things: the key of each record and of the inbox.
+
+A record is one hash at ``<key_prefix>:{<record key>}``: the braces make the whole
+record key the cluster hash tag, so every single-key script touches one slot. The inbox
+lives under ONE hash tag, ``<key_prefix>:{<key_prefix>:inbox}:`` (one slot, one node),
+and on a cluster the update guard records live in that slot too (:data:`UPDATE_KEY`), so
+admission claims the guard and writes the entry in one script.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from telegram_idem.errors import ConfigurationError
+
+__all__ = ["UPDATE_KEY", "KeyLayout", "check_prefix"]
+
+UPDATE_KEY = re.compile(r"(?s).*:-?[0-9]+:u:-?[0-9]+")
+"""The shape of an update guard key (:meth:`telegram_idem.keys.KeyBuilder.update`). On a
+cluster, records with such keys live in the inbox's slot (:meth:`KeyLayout.record`).
+Matching a few other keys too would be harmless: a record key always maps to the same
+Redis key, the shape only decides which node holds it."""
+
+
+def check_prefix(prefix: str) -> None:
+    """Accept a ``key_prefix``: non-empty, without braces.
+
+    Raises:
+        ConfigurationError: empty, or with ``{`` or ``}`` (they would become the cluster
+            hash tag and put every record in one slot).
+    """
+    if not prefix or "{" in prefix or "}" in prefix:
+        raise ConfigurationError(
+            f"key_prefix must be non-empty and without braces (they would become the "
+            f"cluster hash tag), got {prefix!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """The Redis keys of one store.
+
+    Attributes:
+        prefix: the ``key_prefix`` (checked by :func:`check_prefix`).
+        cluster: the store talks to a Redis Cluster (update guards move to the inbox's slot).
+
+    Raises:
+        ConfigurationError: a bad ``prefix``.
+    """
+
+    prefix: str
+    cluster: bool
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)
+
+    @property
+    def inbox_prefix(self) -> str:
+        """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:``."""
+        return f"{self.prefix}:{{{self.prefix}:inbox}}:"
+
+    @property
+    def now_key(self) -> bytes:
+        """The key that routes the clock script (``TIME``) to a node."""
+        return f"{self.prefix}:{{now}}".encode()
+
+    def record(self, key: str) -> str:
+        """The Redis key of record ``key``: ``<key_prefix>:{<key>}``; on a cluster an
+        update guard key (:data:`UPDATE_KEY`) is ``<inbox_prefix>r:<key>`` instead."""
+        if self.cluster and UPDATE_KEY.fullmatch(key):
+            return f"{self.inbox_prefix}r:{key}"
+        return f"{self.prefix}:{{{key}}}"

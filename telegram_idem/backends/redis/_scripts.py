@@ -1,0 +1,145 @@
+"""The Lua scripts of the Redis store, shipped as package data (``redis/lua/*.lua``).
+
+Each record script is the record state machine of :mod:`telegram_idem.machine`
+(docs/design/record.md#the-record-and-its-state-machine) run atomically inside Redis, so
+one ``EVALSHA`` both reads and decides; each inbox script is one inbox call. A script is
+the concatenation of a few ``.lua`` files (helpers first, then its body: each file's
+first line says which), read once with :mod:`importlib.resources` at import; its
+``EVALSHA`` falls back to ``EVAL`` once on ``NOSCRIPT`` (:meth:`Script.run`).
+
+Record layout: one hash per key with the fields
+
+=========  ===================================================================
+status     ``in_progress`` | ``completed`` | ``failed``
+token      fencing token (decimal integer)
+lease      lease end, integer **milliseconds** since the epoch
+exp        retention end, integer **milliseconds** since the epoch
+fp         payload fingerprint (absent = none)
+result     result or failure bytes (absent = none)
+attempts   how many times the key was acquired
+=========  ===================================================================
+
+and a ``PEXPIRE`` of ``exp - now`` (at least 1 ms) set by every write, so Redis forgets
+the record when its retention ends; a record whose ``exp`` has passed but which Redis
+still holds counts as absent, except that its token still fences (new token = old + 1).
+
+Common arguments: ``ARGV[1]`` is *now* in integer milliseconds since the epoch, or the
+empty string to read the server's clock with ``TIME`` (allowed: Redis ≥ 5 replicates a
+script's effects, not the script). Every duration argument is integer milliseconds.
+
+Replies: a record is the array ``{outcome, status, token, lease_ms, exp_ms, fp|nil,
+result|nil, attempts}``; token-checked writes answer ``1`` (done) or ``0`` (not held).
+
+Scripts (:data:`SCRIPTS`, by name): ``claim``, ``complete``, ``fail``, ``release``,
+``extend``, ``get``, ``now`` (the records) and ``inbox_admit``, ``inbox_take``,
+``inbox_held``, ``inbox_redrive``, ``inbox_dead_letters`` (the inbox, see
+:mod:`telegram_idem.backends.redis._inbox`).
+
+Arguments and replies cross as text or bytes: :func:`ms` turns seconds into the
+milliseconds a script takes, :func:`text` and :func:`absent` read what one answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any
+
+import redis.exceptions as rexc
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from telegram_idem.errors import ConfigurationError
+
+__all__ = ["SCRIPTS", "Script", "absent", "lua_source", "ms", "text"]
+
+_LUA = files("telegram_idem.backends.redis").joinpath("lua")
+
+
+def lua_source(*names: str) -> str:
+    """The Lua files ``names`` (in ``redis/lua/``) joined in order: one script's source.
+
+    Raises:
+        FileNotFoundError: a file the package does not ship.
+    """
+    return "".join(_LUA.joinpath(name).read_text(encoding="utf-8") for name in names)
+
+
+class Script:
+    """One Lua source: ``EVALSHA`` first, ``EVAL`` once on ``NOSCRIPT``.
+
+    Attributes:
+        name: the script's name in :data:`SCRIPTS`.
+        source: the Lua source (what ``SCRIPT LOAD`` takes).
+        sha: its SHA1, hex (what ``EVALSHA`` takes).
+    """
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r}, sha={self.sha[:12]!r})"
+
+    async def run(
+        self, client: Redis | RedisCluster, keys: Sequence[bytes], args: Sequence[Any]
+    ) -> Any:
+        """``EVALSHA`` with ``keys`` and ``args``; on ``NOSCRIPT`` (a restart, a failover,
+        ``SCRIPT FLUSH``) the same call once as ``EVAL``, which caches the script again.
+
+        Raises:
+            redis.exceptions.RedisError: untranslated (the connection translates).
+        """
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:
+            return await client.eval(self.source, len(keys), *keys, *args)
+
+
+_RECORD = ("record.lua",)
+_INBOX = ("record.lua", "inbox.lua")
+_PARTS: dict[str, tuple[str, ...]] = {
+    "claim": (*_RECORD, "decide_claim.lua", "claim.lua"),
+    "complete": (*_RECORD, "finish.lua", "complete.lua"),
+    "fail": (*_RECORD, "finish.lua", "fail.lua"),
+    "release": (*_RECORD, "release.lua"),
+    "extend": (*_RECORD, "extend.lua"),
+    "get": (*_RECORD, "get.lua"),
+    "now": ("now.lua",),
+    "inbox_admit": (*_INBOX, "decide_claim.lua", "inbox_admit.lua"),
+    "inbox_take": (*_INBOX, "inbox_take.lua"),
+    "inbox_held": (*_INBOX, "inbox_held.lua"),
+    "inbox_redrive": (*_INBOX, "inbox_redrive.lua"),
+    "inbox_dead_letters": (*_INBOX, "inbox_dead_letters.lua"),
+}
+
+SCRIPTS: Mapping[str, Script] = MappingProxyType(
+    {name: Script(name, lua_source(*parts)) for name, parts in _PARTS.items()}
+)
+"""Every script of the store by name (read-only), e.g. to ``SCRIPT LOAD`` them ahead."""
+
+
+def ms(seconds: float, what: str) -> int:
+    """Seconds → whole milliseconds, rounded up (a positive lease never becomes 0 ms).
+
+    Raises:
+        ConfigurationError: ``seconds`` is not finite (``what`` names it).
+    """
+    if not math.isfinite(seconds):
+        raise ConfigurationError(f"{what} must be a finite number of seconds, got {seconds}")
+    return math.ceil(seconds * 1000)
+
+
+def absent(value: object) -> bool:
+    """A missing hash field: Lua ``false`` arrives as nil (RESP2), or as ``False`` from a
+    server that maps it to a RESP3 boolean."""
+    return value is None or value is False
+
+
+def text(value: bytes | str) -> str:
+    """A reply field as text (bytes are UTF-8)."""
+    return value.decode() if isinstance(value, bytes) else value

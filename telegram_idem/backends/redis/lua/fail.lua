@@ -1,0 +1,4 @@
+-- fail = record.lua .. finish.lua .. this.
+-- KEYS[1]: the record. ARGV: now_ms|'', token, error, retention_ms. Reply: 1 | 0.
+return finish(KEYS[1], 'failed', now_ms(ARGV[1]), tonumber(ARGV[2]), ARGV[3],
+              tonumber(ARGV[4]))

@@ -1,0 +1,69 @@
+-- After record.lua: the inbox helpers every inbox script starts with (key names,
+-- load_entry, due_at, place, entry_reply). Layout: telegram_idem/backends/redis/_inbox.py.
+-- KEYS[1..5]: T:seq, T:live, T:ready, T:wait, T:dead (one slot).
+-- ARGV[1]: now_ms|''; ARGV[2]: T: (the inbox key base, with the trailing colon).
+local K_SEQ, K_LIVE, K_READY, K_WAIT, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local BASE = ARGV[2]
+local now = now_ms(ARGV[1])
+
+local function ekey(id)
+  return BASE .. 'e:' .. id
+end
+
+local function kkey(okey)
+  return BASE .. 'k:' .. okey
+end
+
+local function load_entry(id)
+  local v = redis.call('HMGET', ekey(id), 'seq', 'okey', 'status', 'attempts', 'token',
+                       'avail', 'lease')
+  if not v[1] then
+    return nil
+  end
+  return {id = id, seq = tonumber(v[1]), okey = v[2], status = v[3],
+          attempts = tonumber(v[4]), token = tonumber(v[5]), avail = tonumber(v[6]),
+          lease = tonumber(v[7])}
+end
+
+-- When a live entry becomes takeable: a pending one when due, an in-flight one when its
+-- lease ends (its worker died).
+local function due_at(e)
+  if e.status == 'in_flight' then
+    return e.lease
+  end
+  return e.avail
+end
+
+-- Put ordering key okey where take finds it: in READY (by its head's seq) when its head
+-- is takeable now, else in WAIT (by when it will be); in neither without live entries.
+local function place(okey)
+  while true do
+    local head = redis.call('ZRANGE', kkey(okey), 0, 0)
+    if not head[1] then
+      redis.call('ZREM', K_READY, okey)
+      redis.call('ZREM', K_WAIT, okey)
+      return
+    end
+    local e = load_entry(head[1])
+    if e then
+      local at = due_at(e)
+      if at <= now then
+        redis.call('ZADD', K_READY, fmt(e.seq), okey)
+        redis.call('ZREM', K_WAIT, okey)
+      else
+        redis.call('ZADD', K_WAIT, fmt(at), okey)
+        redis.call('ZREM', K_READY, okey)
+      end
+      return
+    end
+    -- an id whose entry hash is gone (deleted by hand): forget it
+    redis.call('ZREM', kkey(okey), head[1])
+    redis.call('ZREM', K_LIVE, head[1])
+  end
+end
+
+local function entry_reply(e)
+  local v = redis.call('HMGET', ekey(e.id), 'payload', 'err')
+  return {e.id, e.seq, e.okey, v[1], e.status, e.attempts, e.token, e.avail, e.lease,
+          v[2] or false}
+end

@@ -1,0 +1,28 @@
+-- held (ack / retry / bury / extend) = record.lua .. inbox.lua .. this.
+-- ARGV[3]: ack | retry | bury | extend; ARGV[4]: id; ARGV[5]: token;
+-- ARGV[6]: delay_ms (retry) or lease_ms (extend); ARGV[7]: error (retry, bury).
+-- Reply: 1, or 0 when the entry is not in flight with this token.
+local op, id = ARGV[3], ARGV[4]
+local e = load_entry(id)
+if e == nil or e.status ~= 'in_flight' or e.token ~= tonumber(ARGV[5]) then
+  return 0
+end
+if op == 'ack' then
+  redis.call('DEL', ekey(id))
+  redis.call('ZREM', kkey(e.okey), id)
+  redis.call('ZREM', K_LIVE, id)
+elseif op == 'retry' then
+  redis.call('HSET', ekey(id), 'status', 'pending', 'avail', fmt(now + tonumber(ARGV[6])),
+             'lease', '0', 'err', ARGV[7])
+elseif op == 'bury' then
+  redis.call('HSET', ekey(id), 'status', 'dead', 'err', ARGV[7])
+  redis.call('ZREM', kkey(e.okey), id)
+  redis.call('ZREM', K_LIVE, id)
+  redis.call('ZADD', K_DEAD, fmt(e.seq), id)
+elseif op == 'extend' then
+  redis.call('HSET', ekey(id), 'lease', fmt(now + tonumber(ARGV[6])))
+else
+  return redis.error_reply('unknown inbox operation ' .. op)
+end
+place(e.okey)
+return 1

@@ -1,0 +1,116 @@
+"""The SQLite store: the decision loop of :class:`~telegram_idem.backends._local.LocalStore`
+over the ``idem_records`` table of one :class:`SQLiteConnection`."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from telegram_idem.backends._local import LocalStore, RecordAccess
+from telegram_idem.backends.sqlite._connection import SQLiteConnection
+from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._schema import RecordRows
+from telegram_idem.backends.url import StoreURL
+from telegram_idem.clock import Clock, system_clock
+from telegram_idem.records import Record
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+
+class SQLiteStore(LocalStore):
+    """Records in one SQLite file. Serves ``sqlite:///…``.
+
+    Args:
+        path: database file (created with its schema if absent) or ``":memory:"``.
+        clock: seconds since the epoch. All processes sharing the file should share a
+            clock source (the host's); leases are judged by it.
+        busy_timeout: seconds to wait for another process's write lock before
+            :class:`~telegram_idem.errors.StoreError`.
+        purge_every: purge expired records after this many writes.
+        purge_batch: most rows one purge deletes.
+    """
+
+    driver_errors = (sqlite3.OperationalError, sqlite3.InterfaceError, OSError)
+    driver_base = (sqlite3.Error,)
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Clock = system_clock,
+        busy_timeout: float = 5.0,
+        purge_every: int = 1000,
+        purge_batch: int = 500,
+    ) -> None:
+        super().__init__(clock=clock)
+        self.path = str(path)
+        self._connection = SQLiteConnection(
+            self.path,
+            name=repr(self),
+            clock=clock,
+            busy_timeout=busy_timeout,
+            purge_every=purge_every,
+            purge_batch=purge_batch,
+            guard=self._call,
+        )
+        self._inbox: SQLiteInbox | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
+        """``sqlite:///relative.db``, ``sqlite:////abs.db``, ``sqlite:///:memory:``
+        with optional ``?busy_timeout=<seconds ≥ 0>``.
+
+        Raises:
+            ConfigurationError: another scheme, no path, a host part, a malformed
+                ``busy_timeout``, or an unknown option.
+        """
+        parsed = StoreURL.parse(url, schemes=cls.schemes)
+        parts = parsed.parts
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if parts.netloc or not path:
+            raise parsed.error("a SQLite URL is sqlite:///file.db (a path, no host)")
+        busy = parsed.take_seconds("busy_timeout", 5.0, allow_zero=True)
+        parsed.finish()
+        assert busy is not None
+        return cls(path, clock=clock or system_clock, busy_timeout=busy)
+
+    @property
+    def connection(self) -> SQLiteConnection:
+        """The file's connection, thread and transaction, shared with :meth:`inbox`."""
+        return self._connection
+
+    def inbox(self) -> SQLiteInbox:
+        """The durable inbox in this file (created on first use)."""
+        if self._inbox is None:
+            self._inbox = SQLiteInbox(self._connection)
+        return self._inbox
+
+    async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
+        return await self._connection.transaction(lambda conn, now: body(RecordRows(conn), now))
+
+    async def _read(self, key: str) -> Record | None:
+        return await self._connection.run(lambda conn: RecordRows(conn).read(key))
+
+    async def purge(self) -> int:
+        """Delete up to ``purge_batch`` expired records now; returns how many.
+
+        Raises:
+            StoreError: the database could not answer.
+        """
+        connection = self._connection
+
+        def job(conn: sqlite3.Connection) -> int:
+            return RecordRows(conn).purge(self.clock(), connection.purge_batch)
+
+        return await self._call("purge", lambda: connection.run(job))
+
+    async def close(self) -> None:
+        """Close the connection and its thread. Idempotent; later calls raise StoreError."""
+        await self._connection.close()

@@ -1,0 +1,94 @@
+"""The SQLite file's tables, and the records table as a transaction body uses it."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from telegram_idem.records import Record, Status
+
+__all__ = ["INBOX_SCHEMA", "RECORDS_SCHEMA", "RecordRows"]
+
+RECORDS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_records (
+    key TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    lease_expires_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    fingerprint TEXT,
+    result BLOB,
+    attempts INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_records_expires ON idem_records (expires_at);
+"""
+"""The update guard and action records (docs/stores.md shows the same text)."""
+
+INBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    ordering_key TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    available_at REAL NOT NULL,
+    lease_expires_at REAL NOT NULL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS idem_inbox_heads ON idem_inbox (ordering_key, seq)
+    WHERE status != 'dead';
+"""
+"""The durable inbox's entries."""
+
+_COLUMNS = "key, status, fencing_token, lease_expires_at, expires_at, fingerprint, result, attempts"
+_SELECT = f"SELECT {_COLUMNS} FROM idem_records WHERE key = ?"
+_UPSERT = f"INSERT OR REPLACE INTO idem_records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_PURGE = (
+    "DELETE FROM idem_records WHERE key IN "
+    "(SELECT key FROM idem_records WHERE expires_at <= ? LIMIT ?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRows:
+    """The ``idem_records`` table through one connection, on the connection's thread.
+
+    Implements :class:`~telegram_idem.backends._local.RecordAccess` (``read``, ``write``).
+
+    Attributes:
+        conn: the SQLite connection (inside the caller's transaction, if any).
+    """
+
+    conn: sqlite3.Connection
+
+    def read(self, key: str) -> Record | None:
+        """The stored record of ``key``, expired or not."""
+        row: tuple[Any, ...] | None = self.conn.execute(_SELECT, (key,)).fetchone()
+        if row is None:
+            return None
+        key, status, token, lease_at, exp_at, fp, result, attempts = row
+        return Record(key, Status(status), token, lease_at, exp_at, fp, result, attempts)
+
+    def write(self, record: Record) -> None:
+        """Insert or replace ``record``."""
+        self.conn.execute(
+            _UPSERT,
+            (
+                record.key,
+                record.status.value,
+                record.fencing_token,
+                record.lease_expires_at,
+                record.expires_at,
+                record.fingerprint,
+                record.result,
+                record.attempts,
+            ),
+        )
+
+    def purge(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` records whose retention ended at or before ``now``
+        (seconds since the epoch); returns how many."""
+        return self.conn.execute(_PURGE, (now, limit)).rowcount
