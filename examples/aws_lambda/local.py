@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from examples.aws_lambda.lambda_function import make_offload
+from telegram_idem import UpdateInProgressError
 from telegram_idem.adapters.aws_lambda import LambdaOffload
 
 log = logging.getLogger("examples.aws_lambda")
@@ -88,12 +89,24 @@ def run_worker(container: Container, events: queue.Queue[tuple[Event, int] | Non
         event, attempt = item
         try:
             container.invoke(event)
-        except Exception:
+        except Exception as exc:
+            # UpdateInProgressError is expected, not a fault: a re-delivery claimed the
+            # update between the webhook's hand-over and this event (the worker releases,
+            # then claims). The holder runs it; the retry finds it done and skips it.
+            expected = isinstance(exc, UpdateInProgressError)
             if attempt >= 3:
-                log.exception("event failed 3 times: Lambda sends it to the on-failure destination")
+                log.error(
+                    "event failed 3 times: Lambda sends it to the on-failure destination",
+                    exc_info=not expected,
+                )
                 continue
-            log.warning(
-                "event failed (attempt %d); retried in %d s", attempt, attempt, exc_info=True
+            log.log(
+                logging.INFO if expected else logging.WARNING,
+                "event failed (attempt %d, %s); retried in %d s",
+                attempt,
+                exc,
+                attempt,
+                exc_info=not expected,
             )
             retry = threading.Timer(attempt, events.put, [(event, attempt + 1)])
             retry.daemon = True
