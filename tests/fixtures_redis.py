@@ -132,9 +132,7 @@ def redis_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[U
 
 
 @pytest.fixture
-def redis_cluster_url_factory(
-    pytestconfig: pytest.Config, tmp_path: Path
-) -> Iterator[UrlFactory]:
+def redis_cluster_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
     """Redis Cluster store URLs, each with its own ``key_prefix``; keys deleted after."""
     urls = isolated_urls(pytestconfig, "redis-cluster", tmp_path)
     try:

@@ -1,6 +1,6 @@
 """PostgreSQL store specifics: round trips, schema, purge, outage, PgBouncer mode, CLI, URLs.
 
-The state machine itself is checked by the conformance suite (tests/core, ``-k postgres``).
+The state machine itself is checked by the conformance suite (tests/stores/test_conformance.py).
 Round trips are counted at asyncpg's protocol layer: every protocol call below
 (``prepare``, ``bind_execute``, ``query``…) sends its messages with one Sync and waits for
 ReadyForQuery, i.e. it is exactly one network round trip.

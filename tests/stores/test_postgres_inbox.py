@@ -2,7 +2,7 @@
 per-chat admission lock, redrive to the tail, admission parity with
 ``logic.admitted_record``, the schema, and a model check against the memory inbox.
 
-The inbox contract itself runs in tests/inbox/test_inbox_contract.py (``-k postgres``).
+The inbox contract itself runs in tests/stores/test_conformance.py (``-k Postgres``).
 Round trips are counted at asyncpg's protocol layer, as in tests/stores/test_postgres.py:
 each protocol call (``prepare``, ``bind_execute``…) is one Sync and one ReadyForQuery.
 """
