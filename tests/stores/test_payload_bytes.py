@@ -26,6 +26,7 @@ from telegram_idem.testing.conformance import ODD_PAYLOADS, ODD_TEXTS
 RETENTION = 3600.0
 LEASE = 30.0
 
+
 @pytest.mark.inbox
 async def test_an_error_text_quoting_odd_characters_is_kept_not_refused(store: Store) -> None:
     inbox = store.inbox()
