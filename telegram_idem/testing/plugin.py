@@ -6,7 +6,7 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 | fixture | gives |
 |---|---|
 | ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
-| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, dynamodb by option) |
+| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, redis-cluster, dynamodb by option) |
 | ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL (a server store's URL is shared: tests keep apart by key prefix) |
 | ``idem_store_url_factory`` | ``idem_store_url_factory()`` → a new URL of the store under test with storage of its own (file, table prefix, key prefix or table), removed after the test (:class:`~telegram_idem.testing.stores.IsolatedUrls`) |
 | ``idem_store_factory`` | ``await idem_store_factory(url=None)`` → another store object (its own connection) on ``url`` (default ``idem_store_url``) with ``idem_clock``, closed after the test |
