@@ -27,6 +27,8 @@ from pathlib import Path
 
 from _report import percentile, write_section
 
+from telegram_idem.testing.stores import SERVER_STORES
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SECRET = "bench-secret"
@@ -156,7 +158,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
-        "--redis-url", default=os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+        "--redis-url",
+        default=os.environ.get(SERVER_STORES["redis"].env, "redis://127.0.0.1:6379/0"),
+        help="the Redis server (default: IDEM_REDIS_URL, the pytest plugin's variable)",
     )
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="idem-bench-")

@@ -17,10 +17,12 @@ For each store, in one process, on this machine:
 
 Baseline and subject run in the same process, interleaved in chunks whose order rotates,
 so load from other processes falls on both alike. Each figure is the median over
-``--runs`` runs (min–max in brackets). Services: ``IDEM_TEST_POSTGRES_URL``,
-``IDEM_TEST_REDIS_URL``, ``IDEM_TEST_REDIS_CLUSTER_URL`` (optional store
-``redis-cluster``), ``IDEM_TEST_DYNAMODB_ENDPOINT`` (default: a moto server started on
-loopback in a child process). Unreachable services are skipped with a note. Everything
+``--runs`` runs (min–max in brackets). Services, by the pytest plugin's variables
+(docs/testing.md): ``IDEM_POSTGRES_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/test``), ``IDEM_REDIS_URL`` (default
+``redis://127.0.0.1:6379/0``), ``IDEM_REDIS_CLUSTER_URL`` (optional store
+``redis-cluster``), ``IDEM_DYNAMODB_URL`` (its ``endpoint_url``; default: a moto server
+started on loopback in a child process). Unreachable services are skipped with a note. Everything
 created (keys, tables, files, the moto server) is removed at the end. Writes the tables
 into docs/performance.md (section "stores").
 """
@@ -44,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -57,6 +60,7 @@ from _report import write_section
 from telegram_idem import Idem
 from telegram_idem.backends.base import Store
 from telegram_idem.records import Claim, Outcome
+from telegram_idem.testing.stores import SERVER_STORES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -70,10 +74,16 @@ BATCH = 100
 CHUNKS = 6
 P1_GOAL, P2_GOAL, P3_GOAL = 1.2, 2.2, 20.0
 
-POSTGRES_URL = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-REDIS_CLUSTER_URL = os.environ.get("IDEM_TEST_REDIS_CLUSTER_URL", "")
-DYNAMODB_ENDPOINT = os.environ.get("IDEM_TEST_DYNAMODB_ENDPOINT", "")
+POSTGRES_URL = os.environ.get(
+    SERVER_STORES["postgres"].env, "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get(SERVER_STORES["redis"].env, "redis://127.0.0.1:6379/0")
+REDIS_CLUSTER_URL = os.environ.get(SERVER_STORES["redis-cluster"].env, "")
+DYNAMODB_ENDPOINT = dict(
+    urllib.parse.parse_qsl(
+        urllib.parse.urlsplit(os.environ.get(SERVER_STORES["dynamodb"].env, "")).query
+    )
+).get("endpoint_url", "")
 
 TAG = secrets.token_hex(4)
 """Names everything this run creates (keys, tables), so concurrent runs never collide."""
@@ -266,7 +276,7 @@ async def open_redis(args: argparse.Namespace, stack: AsyncExitStack) -> Target:
 
 async def open_redis_cluster(_: argparse.Namespace, stack: AsyncExitStack) -> Target:
     if not REDIS_CLUSTER_URL:
-        raise LookupError("IDEM_TEST_REDIS_CLUSTER_URL is not set")
+        raise LookupError(f"{SERVER_STORES['redis-cluster'].env} is not set")
     return await _open_redis("redis-cluster", REDIS_CLUSTER_URL, False, stack)
 
 

@@ -5,16 +5,17 @@ Also importable (not started by the command line): :func:`start_redis_server` an
 :func:`start_postgres_server`, one private server each, which tests that stop or
 reconfigure a server use instead of the machine's shared PostgreSQL and Redis.
 
-Usage (CI)::
+Usage (CI; the standard library is all it needs)::
 
-    eval "$(.venv/bin/python scripts/services.py start --state /tmp/idem-services.json)"
+    eval "$(python3 scripts/services.py start --state /tmp/idem-services.json)"
     …
-    .venv/bin/python scripts/services.py stop --state /tmp/idem-services.json
+    python3 scripts/services.py stop --state /tmp/idem-services.json
 
-``start`` prints shell ``export`` lines on stdout (progress goes to stderr):
+``start`` prints shell ``export`` lines on stdout (progress goes to stderr), in the
+pytest plugin's scheme (``telegram_idem.testing.stores``):
 
-- ``IDEM_TEST_REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:P1``
-- ``IDEM_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT``
+- ``IDEM_REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:P1``
+- ``IDEM_DYNAMODB_URL='dynamodb://idem_test?endpoint_url=http://127.0.0.1:PORT&region=us-east-1'``
 
 and records what it started (pids, ports, the temporary directory) in the state file.
 ``stop`` ends exactly those processes (checking each pid still runs the program it
@@ -33,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -57,6 +59,12 @@ __all__ = [
     "stop_postgres_server",
     "stop_services",
 ]
+
+
+REDIS_CLUSTER_ENV = "IDEM_REDIS_CLUSTER_URL"
+"""The pytest plugin's variable for a Redis Cluster store URL."""
+DYNAMODB_ENV = "IDEM_DYNAMODB_URL"
+"""The pytest plugin's variable for a DynamoDB store URL."""
 
 
 @dataclass
@@ -87,13 +95,20 @@ class Services:
         """``http://127.0.0.1:PORT`` (empty if moto was not started)."""
         return f"http://127.0.0.1:{self.moto_port}" if self.moto_port else ""
 
+    @property
+    def dynamodb_url(self) -> str:
+        """A DynamoDB store URL on the moto server (empty if moto was not started)."""
+        if not self.moto_port:
+            return ""
+        return f"dynamodb://idem_test?endpoint_url={self.dynamodb_endpoint}&region=us-east-1"
+
     def exports(self) -> str:
-        """Shell ``export`` lines for the started services."""
+        """Shell ``export`` lines for the started services (the plugin's variables)."""
         lines = []
         if self.redis_ports:
-            lines.append(f"export IDEM_TEST_REDIS_CLUSTER_URL={self.redis_cluster_url}")
+            lines.append(f"export {REDIS_CLUSTER_ENV}={shlex.quote(self.redis_cluster_url)}")
         if self.moto_port:
-            lines.append(f"export IDEM_TEST_DYNAMODB_ENDPOINT={self.dynamodb_endpoint}")
+            lines.append(f"export {DYNAMODB_ENV}={shlex.quote(self.dynamodb_url)}")
         return "\n".join(lines)
 
 

@@ -1,73 +1,101 @@
-"""Shared fixtures: a manual clock, and one ``store`` fixture parametrised over every store.
+"""Shared fixtures, built on the project's own pytest plugin (``telegram_idem.testing.plugin``).
 
-Every store contributes a ``<name>_url_factory`` fixture: a callable returning a new,
-isolated store URL each time it is called (its own file, key prefix, table or table
-prefix), all cleaned up at teardown. From it come
+The plugin parametrises every test that uses ``idem_store_name`` over the stores of the
+ini option ``idem_stores`` (pyproject.toml: all six), and finds each server as a bot
+author's suite would: ``--idem-<store>-url`` / ``IDEM_<STORE>_URL`` / ``idem_<store>_url``,
+else the ``pytest_idem_server_url`` hook below (tests/services.py says what it finds).
+On top of it:
 
-- ``store_url_factory``: the factory of the store under test (parametrised over ``STORES``);
-- ``store``: one store made from a fresh URL with the shared :class:`ManualClock`;
-- ``store_factory``: more store objects on the *same* URL (separate connections).
+- ``store_url_factory``: the plugin's ``idem_store_url_factory``, a new isolated URL of
+  the store under test per call (its own file, table prefix, key prefix or table), all
+  cleaned up at teardown;
+- ``store_url``: one such URL;
+- ``store_factory``: more store objects on ``store_url`` (separate connections), through
+  the plugin's ``idem_store_factory``;
+- ``store``: the first of them;
+- ``clock``: the plugin's ``idem_clock``, given to every store (server stores too), so
+  tests move time with ``clock.advance`` and never sleep;
+- ``<name>_url_factory`` for each server store, for tests of one store.
 
-Server stores skip (or fail under ``IDEM_REQUIRE_SERVICES=1``) when their service is
-absent: see ``tests/services.py``. In-process stores take the shared clock, and server
-stores are given it too, so tests move time with ``clock.advance`` and never sleep.
+A server store whose service is absent skips (or, with ``--idem-require-stores`` /
+``IDEM_REQUIRE_STORES=1``, fails). Store conformance runs from
+``tests/stores/test_conformance.py`` (``telegram_idem.testing.conformance``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fixtures_dynamodb import dynamodb_url_factory  # noqa: F401
-from fixtures_postgres import postgres_url_factory  # noqa: F401
+import services
+from fixtures_dynamodb import dynamodb_url_factory, start_session_moto  # noqa: F401
+from fixtures_postgres import find_postgres, postgres_url_factory  # noqa: F401
 from fixtures_redis import (  # noqa: F401
-    load_services_script,
+    find_redis,
     redis_cluster_url_factory,
     redis_url_factory,
+    start_private_cluster,
 )
-from services import SHARED_STATE_STORES, StoreFactory, UrlFactory, service_missing
+from services import (
+    INBOX_STORES,
+    SHARED_STATE_STORES,
+    StoreFactory,
+    UrlFactory,
+    load_services_script,
+    service_missing,
+)
 
-from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
 from telegram_idem.clock import ManualClock
 
-STORES = [
-    pytest.param("memory_url_factory", id="memory", marks=pytest.mark.memory),
-    pytest.param("sqlite_url_factory", id="sqlite", marks=pytest.mark.sqlite),
-    pytest.param("postgres_url_factory", id="postgres", marks=pytest.mark.postgres),
-    pytest.param("redis_url_factory", id="redis", marks=pytest.mark.redis),
-    pytest.param("redis_cluster_url_factory", id="redis_cluster", marks=pytest.mark.redis),
-    pytest.param("dynamodb_url_factory", id="dynamodb", marks=pytest.mark.dynamodb),
-]
-"""Every store of the conformance suite, as the name of its URL factory fixture."""
+STORE_MARKS = {
+    "memory": "memory",
+    "sqlite": "sqlite",
+    "postgres": "postgres",
+    "redis": "redis",
+    "redis-cluster": "redis",
+    "dynamodb": "dynamodb",
+}
+"""The marker (``-m postgres``) each store's parametrised tests carry."""
 
 
-INBOX_STORES = {"memory", "sqlite", "postgres", "redis", "redis_cluster"}
-"""Stores with a durable inbox (DynamoDB has none)."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Give tests/services.py the session's config (its helpers find servers with it)."""
+    services.use_config(config)
 
-STORE_OF_FACTORY: dict[str, str] = {str(p.values[0]): str(p.id) for p in STORES}
-"""The store id (``"redis_cluster"``) of each URL factory fixture name."""
+
+@pytest.hookimpl
+def pytest_idem_server_url(config: pytest.Config, name: str) -> str | None:
+    """The servers of this suite when none is configured (see tests/services.py)."""
+    finders: dict[str, Callable[[], str]] = {
+        "postgres": find_postgres,
+        "redis": find_redis,
+        "redis-cluster": lambda: start_private_cluster(config),
+        "dynamodb": lambda: start_session_moto(config),
+    }
+    finder = finders.get(name)
+    return finder() if finder is not None else None
 
 
 def store_of(node: pytest.Item | pytest.Function) -> str | None:
-    """The store a collected test runs on, read from its ``store_url_factory`` parameter
+    """The store a collected test runs on, read from its ``idem_store_name`` parameter
     (never from the test id, whose parts other parameters share), or ``None``."""
     callspec = getattr(node, "callspec", None)
-    factory = callspec.params.get("store_url_factory") if callspec is not None else None
-    return STORE_OF_FACTORY.get(factory) if isinstance(factory, str) else None
+    name = callspec.params.get("idem_store_name") if callspec is not None else None
+    return name if isinstance(name, str) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect store combinations a test does not apply to (rather than skip them):
-    ``@pytest.mark.inbox`` needs a store with an inbox, ``@pytest.mark.shared_state``
-    needs store objects that share records (not memory)."""
+    """Mark each parametrised test with its store's marker, and deselect combinations a
+    test does not apply to (rather than skip them): ``@pytest.mark.inbox`` needs a store
+    with an inbox, ``@pytest.mark.shared_state`` needs store objects that share records
+    (not memory)."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
@@ -77,43 +105,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or (item.get_closest_marker("shared_state") and store not in SHARED_STATE_STORES)
         ):
             dropped.append(item)
-        else:
-            keep.append(item)
+            continue
+        if store in STORE_MARKS:
+            item.add_marker(STORE_MARKS[store])
+        keep.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    """Time that moves only on ``clock.advance(seconds)``."""
-    return ManualClock()
+def clock(idem_clock: ManualClock) -> ManualClock:
+    """Time that moves only on ``clock.advance(seconds)`` (the plugin's ``idem_clock``)."""
+    return idem_clock
 
 
 @pytest.fixture
-def memory_url_factory() -> UrlFactory:
-    """``memory://``: every store made from it is a separate, empty store."""
-    return lambda: "memory://"
+def store_url_factory(idem_store_url_factory: UrlFactory) -> UrlFactory:
+    """A new isolated URL of the store under test per call (parametrised by the plugin)."""
+    return idem_store_url_factory
 
 
 @pytest.fixture
-def sqlite_url_factory(tmp_path: Path) -> UrlFactory:
-    """A new SQLite file per call."""
-    counter = itertools.count()
-    return lambda: f"sqlite:///{tmp_path / f'idem-{next(counter)}.db'}"
-
-
-@pytest.fixture(params=STORES)
-def store_url_factory(request: pytest.FixtureRequest) -> Iterator[UrlFactory]:
-    """The URL factory of each store in ``STORES`` in turn."""
-    factory: UrlFactory = request.getfixturevalue(request.param)
-    yield factory
-
-
-@pytest.fixture
-def store_name(request: pytest.FixtureRequest) -> str:
-    """The id of the store under test (``"sqlite"``, ``"redis"``…)."""
-    return store_of(request.node) or ""
+def store_name(idem_store_name: str) -> str:
+    """The store under test (``"sqlite"``, ``"redis-cluster"``…)."""
+    return idem_store_name
 
 
 @pytest.fixture
@@ -123,23 +139,17 @@ def store_url(store_url_factory: UrlFactory) -> str:
 
 
 @pytest.fixture
-async def store_factory(store_url: str, clock: ManualClock) -> AsyncIterator[StoreFactory]:
-    """Makes store objects (separate connections) on one fresh URL; closes them after."""
-    made: list[Store] = []
-
-    async def make() -> Store:
-        store = store_from_url(store_url, clock=clock)
-        made.append(store)
-        return store
-
-    yield make
-    for store in made:
-        await store.close()
+def store_factory(
+    store_url: str, idem_store_factory: Callable[[str], Awaitable[Store]]
+) -> StoreFactory:
+    """Makes store objects (separate connections) on one fresh URL, with the shared
+    clock; the plugin closes them after the test."""
+    return lambda: idem_store_factory(store_url)
 
 
 @pytest.fixture
 async def store(store_factory: StoreFactory) -> Store:
-    """A store of each kind in ``STORES``, on a fresh URL, with the shared clock."""
+    """A store of each selected kind, on a fresh URL, with the shared clock."""
     return await store_factory()
 
 
@@ -148,13 +158,13 @@ def private_redis_port() -> Iterator[tuple[int, Callable[[], None], Callable[[],
     """A redis-server of this test's own on a free port: (port, kill, start)."""
     if shutil.which("redis-server") is None:
         service_missing("redis-server is not installed: no private server")
-    services = load_services_script()
+    module = load_services_script()
     directory = Path(tempfile.mkdtemp(prefix="idem-worker-outage-"))
-    port = services.free_port()
+    port = module.free_port()
     pids: list[int] = []
 
     def start() -> None:
-        pids.append(services.start_redis_server(directory, port))
+        pids.append(module.start_redis_server(directory, port))
 
     def kill() -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -162,7 +172,7 @@ def private_redis_port() -> Iterator[tuple[int, Callable[[], None], Callable[[],
 
     try:
         start()
-    except services.ServiceError as exc:
+    except module.ServiceError as exc:
         shutil.rmtree(directory, ignore_errors=True)
         service_missing(f"private redis-server failed: {exc}")
     yield port, kill, start

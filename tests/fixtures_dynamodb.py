@@ -1,9 +1,12 @@
 """The DynamoDB store's endpoint and URL factory for the test suite.
 
-The endpoint is ``IDEM_TEST_DYNAMODB_ENDPOINT`` (tests/services.py) if set, else a moto
-server started once per session on a free loopback port, in a thread of the test process:
-moto in server mode, a real HTTP endpoint that aiobotocore talks to over TCP, never moto's
-in-process mocks. It is stopped (its socket closed) at the end of the session.
+The endpoint is the ``endpoint_url`` of the plugin's DynamoDB URL (``--idem-dynamodb-url``
+/ ``IDEM_DYNAMODB_URL`` / ``idem_dynamodb_url``) if one is set, else
+(:func:`start_session_moto`, through the ``pytest_idem_server_url`` hook of
+tests/conftest.py) a moto server started once per session on a free loopback port, in a
+thread of the test process: moto in server mode, a real HTTP endpoint that aiobotocore
+talks to over TCP, never moto's in-process mocks. It is stopped (its socket closed) at
+the end of the session.
 
 moto's DynamoDB backend takes no lock: two conditional writes of one item that arrive at
 once can both pass their condition (measured: 2 of 50 concurrent ``attribute_not_exists``
@@ -11,24 +14,27 @@ puts succeeded). DynamoDB itself applies conditional writes of one item atomical
 server here runs one request at a time behind a lock, with the HTTP side still threaded,
 and counts the requests it receives per operation (``MotoServer.requests``).
 
-``dynamodb_url_factory`` returns a callable making a new table name per call,
-``dynamodb://t<hex>?region=us-east-1&endpoint_url=…&create_table=1``; every table made
-is deleted at teardown.
+``dynamodb_url_factory`` (the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`)
+returns a callable making a new table name per call, ``dynamodb://t<hex>?…&create_table=1``
+on that endpoint; every table made is deleted at teardown.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
-from services import DYNAMODB_ENDPOINT, service_missing
+from services import ServiceUnavailable, UrlFactory, server_url, service_missing
+
+from telegram_idem.testing.plugin import isolated_urls
 
 REGION = "us-east-1"
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -121,8 +127,8 @@ class DynamoDBEndpoint:
     server: MotoServer | None = None
 
 
-_ENDPOINT: DynamoDBEndpoint | None = None
-_MISSING: str | None = None
+_SESSION_MOTO: list[MotoServer] = []
+"""The moto server :func:`start_session_moto` started, if it did."""
 
 
 def boto3_client(endpoint_url: str) -> Any:
@@ -139,40 +145,50 @@ def boto3_client(endpoint_url: str) -> Any:
     )
 
 
-def dynamodb_endpoint_for(config: pytest.Config) -> DynamoDBEndpoint:
-    """The session's endpoint, started on first use and stopped when the session ends.
+def start_session_moto(config: pytest.Config) -> str:
+    """Start the session's moto server (stopped when the session ends); a store URL on it,
+    ``dynamodb://idem_test?endpoint_url=…&region=us-east-1``.
 
-    Skips (or fails under ``IDEM_REQUIRE_SERVICES=1``) when neither an external endpoint
-    answers nor moto[server] is installed.
+    Raises:
+        ServiceUnavailable: moto[server] is not installed.
     """
-    global _ENDPOINT, _MISSING
-    if _ENDPOINT is not None:
-        return _ENDPOINT
-    if _MISSING is not None:  # probed once per session
-        service_missing(_MISSING)
-    if DYNAMODB_ENDPOINT:
-        try:
-            boto3_client(DYNAMODB_ENDPOINT).list_tables(Limit=1)
-        except Exception as exc:
-            _MISSING = f"no DynamoDB at IDEM_TEST_DYNAMODB_ENDPOINT={DYNAMODB_ENDPOINT}: {exc}"
-            service_missing(_MISSING)
-        _ENDPOINT = DynamoDBEndpoint(DYNAMODB_ENDPOINT)
-        return _ENDPOINT
     try:
         import moto.moto_server.werkzeug_app  # noqa: F401
     except ImportError as exc:
-        _MISSING = f"moto[server] is not installed ({exc})"
-        service_missing(_MISSING)
+        raise ServiceUnavailable(f"moto[server] is not installed ({exc})") from exc
     server = MotoServer().start()
-    _ENDPOINT = DynamoDBEndpoint(server.url, server)
+    _SESSION_MOTO[:] = [server]
 
     def stop() -> None:
-        global _ENDPOINT
         server.stop()
-        _ENDPOINT = None
+        _SESSION_MOTO.clear()
 
     config.add_cleanup(stop)
-    return _ENDPOINT
+    return f"dynamodb://idem_test?endpoint_url={server.url}&region={REGION}"
+
+
+def dynamodb_endpoint_for(config: pytest.Config) -> DynamoDBEndpoint:
+    """The session's endpoint: the ``endpoint_url`` of the plugin's DynamoDB URL, with the
+    moto server object when it is the session's own.
+
+    Skips (or fails when stores are required) when there is no DynamoDB, or its URL names
+    no endpoint; a configured endpoint is checked once with ``ListTables``.
+    """
+    url = server_url("dynamodb")
+    endpoint = dict(parse_qsl(urlsplit(url).query)).get("endpoint_url", "")
+    if not endpoint:
+        service_missing(f"the DynamoDB URL {url!r} names no endpoint_url (the tests need one)")
+    own = [s for s in _SESSION_MOTO if s.url == endpoint]
+    if not own and endpoint not in _CHECKED:
+        try:
+            boto3_client(endpoint).list_tables(Limit=1)
+        except Exception as exc:
+            pytest.fail(f"no DynamoDB answers at {endpoint}: {exc}", pytrace=False)
+        _CHECKED.add(endpoint)
+    return DynamoDBEndpoint(endpoint, own[0] if own else None)
+
+
+_CHECKED: set[str] = set()
 
 
 def dynamodb_url(endpoint_url: str, table: str | None = None, **options: str) -> str:
@@ -200,8 +216,7 @@ def delete_tables(endpoint_url: str, tables: Iterable[str]) -> None:
             except client.exceptions.ResourceNotFoundException:
                 pass
     except Exception:  # teardown must not mask the test's own outcome
-        if os.environ.get("IDEM_TEST_DEBUG"):
-            raise
+        pass
 
 
 @pytest.fixture
@@ -211,15 +226,11 @@ def dynamodb_endpoint(request: pytest.FixtureRequest) -> DynamoDBEndpoint:
 
 
 @pytest.fixture
-def dynamodb_url_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
-    """A new table per call: ``dynamodb://t<hex>?region=…&endpoint_url=…&create_table=1``."""
-    endpoint = dynamodb_endpoint_for(request.config)
-    made: list[str] = []
-
-    def make() -> str:
-        url = dynamodb_url(endpoint.url)
-        made.append(table_of(url))
-        return url
-
-    yield make
-    delete_tables(endpoint.url, made)
+def dynamodb_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
+    """A new table per call: ``dynamodb://t<hex>?…&create_table=1`` on the session's
+    endpoint; every table made is deleted at teardown (best effort)."""
+    urls = isolated_urls(pytestconfig, "dynamodb", tmp_path)
+    try:
+        yield urls
+    finally:
+        urls.close()

@@ -1,10 +1,11 @@
-"""The PostgreSQL store's URL factory: a fresh table prefix per call, dropped at teardown.
+"""The PostgreSQL store's URL factory, the server found without configuration, and a
+private server.
 
-Each URL is ``POSTGRES_URL`` (tests/services.py) plus ``table_prefix=t<random hex>``; the
-table is made by :func:`telegram_idem.backends.postgres.migrate` before the URL is
-handed out, and dropped when the test ends. The fixture is synchronous (the async
-``store_factory`` fixture calls it while its event loop runs), so the few async calls it
-needs run on a short-lived loop in a helper thread.
+``postgres_url_factory`` is the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`:
+each URL is the server's plus ``table_prefix=t<random hex>``, its tables made by the
+store's ``migrate()`` before the URL is handed out and dropped when the test ends.
+The server is the plugin's (``--idem-postgres-url`` / ``IDEM_POSTGRES_URL`` /
+``idem_postgres_url``), else :func:`find_postgres` (``tests/services.py``).
 
 ``private_postgres`` (import ``private_postgres_fixture`` to use it) is a PostgreSQL server of the test's own (``initdb`` into a
 temporary directory, a free loopback port), for tests that stop and start a server:
@@ -13,71 +14,69 @@ the machine's shared server is never stopped, since other test runs use it meanw
 
 from __future__ import annotations
 
-import asyncio
 import os
-import secrets
 import shutil
 import signal
 import tempfile
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
-from services import POSTGRES_URL, load_services_script, service_missing
+from services import (
+    DEFAULT_POSTGRES_URL,
+    ServiceUnavailable,
+    UrlFactory,
+    load_services_script,
+    server_url,
+    service_missing,
+)
 
-T = TypeVar("T")
+from telegram_idem.testing.plugin import isolated_urls
+from telegram_idem.testing.stores import run_in_thread as run_sync
 
-_reachable: dict[str, str | None] = {}  # base URL → None if reachable, else the reason
+__all__ = [
+    "PrivatePostgres",
+    "drop_tables",
+    "find_postgres",
+    "postgres_reachable_or_missing",
+    "postgres_url_factory",
+    "private_postgres_fixture",
+    "run_sync",
+    "with_option",
+]
 
 
-def run_sync(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
-    """Run ``coro_fn()`` to completion on a new event loop in a helper thread.
+def find_postgres() -> str:
+    """``DEFAULT_POSTGRES_URL`` if asyncpg is installed and the server answers.
 
-    Works whether or not the calling thread is running an event loop.
+    Raises:
+        ServiceUnavailable: it does not (the message says why).
     """
-    box: dict[str, Any] = {}
+    try:
+        import asyncpg
+    except ImportError:
+        raise ServiceUnavailable(
+            "asyncpg is not installed (pip install 'telegram-idem[postgres]')"
+        ) from None
 
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro_fn())
-        except BaseException as exc:
-            box["error"] = exc
+    async def probe() -> None:
+        conn = await asyncpg.connect(DEFAULT_POSTGRES_URL, timeout=3.0)
+        await conn.close()
 
-    thread = threading.Thread(target=target, name="postgres-fixture", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"postgres fixture call took more than {timeout} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    try:
+        run_sync(probe, timeout=10.0)
+    except Exception as exc:
+        raise ServiceUnavailable(
+            f"PostgreSQL at {_safe(DEFAULT_POSTGRES_URL)} is unreachable: {exc!r}"
+        ) from exc
+    return DEFAULT_POSTGRES_URL
 
 
-def postgres_reachable_or_missing(base: str = POSTGRES_URL) -> None:
-    """Skip (or fail under IDEM_REQUIRE_SERVICES=1) unless asyncpg can connect to ``base``."""
-    if base not in _reachable:
-        try:
-            import asyncpg
-        except ImportError:
-            _reachable[base] = "asyncpg is not installed (pip install 'telegram-idem[postgres]')"
-        else:
-
-            async def probe() -> None:
-                conn = await asyncpg.connect(base, timeout=3.0)
-                await conn.close()
-
-            try:
-                run_sync(probe, timeout=10.0)
-                _reachable[base] = None
-            except Exception as exc:
-                _reachable[base] = f"PostgreSQL at {_safe(base)} is unreachable: {exc!r}"
-    reason = _reachable[base]
-    if reason is not None:
-        service_missing(reason)
+def postgres_reachable_or_missing() -> None:
+    """Skip (or fail when stores are required) unless the suite has a PostgreSQL."""
+    server_url("postgres")
 
 
 def _safe(url: str) -> str:
@@ -106,22 +105,13 @@ async def drop_tables(base: str, prefixes: list[str]) -> None:
 
 
 @pytest.fixture
-def postgres_url_factory() -> Iterator[Callable[[], str]]:
+def postgres_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
     """A new, migrated, isolated PostgreSQL store URL per call (own table prefix)."""
-    postgres_reachable_or_missing()
-    from telegram_idem.backends.postgres import migrate
-
-    prefixes: list[str] = []
-
-    def make() -> str:
-        prefix = f"t{secrets.token_hex(6)}"
-        prefixes.append(prefix)
-        run_sync(lambda: migrate(POSTGRES_URL, table_prefix=prefix))
-        return with_option(POSTGRES_URL, f"table_prefix={prefix}")
-
-    yield make
-    if prefixes:
-        run_sync(lambda: drop_tables(POSTGRES_URL, prefixes))
+    urls = isolated_urls(pytestconfig, "postgres", tmp_path)
+    try:
+        yield urls
+    finally:
+        urls.close()
 
 
 @dataclass
@@ -166,7 +156,7 @@ class PrivatePostgres:
 def private_postgres_fixture() -> Iterator[PrivatePostgres]:
     """A running private PostgreSQL (about a second to make); removed at teardown.
 
-    Skips (fails under ``IDEM_REQUIRE_SERVICES=1``) when it cannot start here: no server
+    Skips (fails when stores are required) when it cannot start here: no server
     binaries, root without a ``postgres`` user, or ``initdb``/``pg_ctl`` failing.
     """
     try:

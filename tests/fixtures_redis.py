@@ -1,29 +1,47 @@
-"""The Redis stores' URL factories: a single node and a Redis Cluster.
+"""The Redis stores' URL factories, and the servers found without configuration.
 
-- ``redis_url_factory``: ``IDEM_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``)
-  with a new ``key_prefix`` per call; the prefix's keys are deleted (SCAN + DEL) at
-  teardown.
-- ``redis_cluster_url_factory``: ``IDEM_TEST_REDIS_CLUSTER_URL`` if set; otherwise a
-  private 3-master cluster is started for the test session with the logic of
-  ``scripts/services.py`` (stopped at the end of the session). Same per-call prefix
-  and cleanup.
+- ``redis_url_factory``: the single server's URL (the plugin's ``--idem-redis-url`` /
+  ``IDEM_REDIS_URL`` / ``idem_redis_url``, else :func:`find_redis`) with a new
+  ``key_prefix`` per call; the prefix's keys are deleted at teardown.
+- ``redis_cluster_url_factory``: the same on a Redis Cluster (``--idem-redis-cluster-url``
+  / ``IDEM_REDIS_CLUSTER_URL`` / ``idem_redis_cluster_url``, else
+  :func:`start_private_cluster`: a 3-master cluster for the session, with the logic of
+  ``scripts/services.py``, stopped at the end of the session).
 
-An unreachable server (or a cluster that cannot be started) is
-``service_missing(reason)``: a skip, or a failure under ``IDEM_REQUIRE_SERVICES=1``.
+Both are the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`. A server
+that cannot be found is a skip with the reason, or a failure when stores are required.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 import redis
 import redis.cluster
-from services import REDIS_CLUSTER_URL, REDIS_URL, load_services_script, service_missing
+from services import (
+    DEFAULT_REDIS_URL,
+    ServiceUnavailable,
+    UrlFactory,
+    load_services_script,
+    redis_url,
+)
 
-UrlFactory = Callable[[], str]
+from telegram_idem.testing.plugin import isolated_urls
+
+__all__ = [
+    "find_redis",
+    "load_services_script",
+    "redis_base_url",
+    "redis_cluster_url_factory",
+    "redis_url_factory",
+    "start_private_cluster",
+    "sync_cluster_client",
+    "sync_single_client",
+    "with_option",
+]
 
 
 def with_option(url: str, name: str, value: str) -> str:
@@ -32,11 +50,6 @@ def with_option(url: str, name: str, value: str) -> str:
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     query[name] = value
     return parts._replace(query=urlencode(query)).geturl()
-
-
-def new_prefix() -> str:
-    """A key prefix no other test uses."""
-    return f"t{uuid.uuid4().hex[:12]}"
 
 
 def sync_single_client(url: str) -> redis.Redis:
@@ -62,91 +75,67 @@ def sync_cluster_client(url: str) -> redis.cluster.RedisCluster:
     )
 
 
-def _delete_prefix(client: redis.Redis | redis.cluster.RedisCluster, prefix: str) -> None:
-    for key in list(client.scan_iter(match=f"{prefix}:*", count=500)):
-        client.delete(key)
+def find_redis() -> str:
+    """``DEFAULT_REDIS_URL`` if the server answers PING.
+
+    Raises:
+        ServiceUnavailable: it does not (the message says why).
+    """
+    client = sync_single_client(DEFAULT_REDIS_URL)
+    try:
+        client.ping()
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise ServiceUnavailable(f"Redis not reachable at {DEFAULT_REDIS_URL}: {exc}") from exc
+    finally:
+        client.close()
+    return DEFAULT_REDIS_URL
 
 
-_checked: dict[str, str] = {}
-"""Session cache: base URL name → the URL, or ``"!" + reason`` when unusable."""
+def start_private_cluster(config: pytest.Config) -> str:
+    """A private 3-master Redis Cluster for the session (stopped when it ends); its URL.
 
-
-def redis_base_url() -> str:
-    """The single-node test URL, checked with PING once per session."""
-    if "single" not in _checked:
-        client = sync_single_client(REDIS_URL)
-        try:
-            client.ping()
-            _checked["single"] = REDIS_URL
-        except (redis.exceptions.RedisError, OSError) as exc:
-            _checked["single"] = f"!Redis not reachable at {REDIS_URL}: {exc}"
-        finally:
-            client.close()
-    found = _checked["single"]
-    if found.startswith("!"):
-        service_missing(found[1:])
-    return found
-
-
-def redis_cluster_base_url(config: pytest.Config) -> str:
-    """``IDEM_TEST_REDIS_CLUSTER_URL``, or a private cluster started once for the session
-    (stopped when the session ends)."""
-    if "cluster" not in _checked:
-        _checked["cluster"] = _find_cluster(config)
-    found = _checked["cluster"]
-    if found.startswith("!"):
-        service_missing(found[1:])
-    return found
-
-
-def _find_cluster(config: pytest.Config) -> str:
-    url = REDIS_CLUSTER_URL
+    Raises:
+        ServiceUnavailable: redis-server is not installed, or the cluster did not start
+            or does not answer.
+    """
+    module = load_services_script()
+    try:
+        services = module.start("redis")
+    except Exception as exc:
+        raise ServiceUnavailable(f"a private Redis Cluster failed: {exc}") from exc
+    config.add_cleanup(lambda: module.stop_services(services))
+    url = str(services.redis_cluster_url)
     if not url:
-        module = load_services_script()
-        try:
-            services = module.start("redis")
-        except Exception as exc:
-            return f"!no IDEM_TEST_REDIS_CLUSTER_URL, and a private cluster failed: {exc}"
-        config.add_cleanup(lambda: module.stop_services(services))
-        url = str(services.redis_cluster_url)
-        if not url:
-            return "!no IDEM_TEST_REDIS_CLUSTER_URL, and redis-server is not installed"
+        raise ServiceUnavailable("redis-server is not installed: no private Redis Cluster")
     try:
         client = sync_cluster_client(url)
         client.ping()
         client.close()
     except (redis.exceptions.RedisError, OSError) as exc:
-        return f"!Redis Cluster not reachable at {url}: {exc}"
+        raise ServiceUnavailable(f"Redis Cluster not reachable at {url}: {exc}") from exc
     return url
 
 
-def _factory(base: str, client: redis.Redis | redis.cluster.RedisCluster) -> Iterator[UrlFactory]:
-    prefixes: list[str] = []
-
-    def make() -> str:
-        prefix = new_prefix()
-        prefixes.append(prefix)
-        return with_option(base, "key_prefix", prefix)
-
-    try:
-        yield make
-    finally:
-        try:
-            for prefix in prefixes:
-                _delete_prefix(client, prefix)
-        finally:
-            client.close()
+def redis_base_url() -> str:
+    """The single Redis server's URL, no store options (skips when there is none)."""
+    return redis_url()
 
 
 @pytest.fixture
-def redis_url_factory() -> Iterator[UrlFactory]:
+def redis_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
     """Single-node store URLs, each with its own ``key_prefix``; keys deleted after."""
-    base = redis_base_url()
-    yield from _factory(base, sync_single_client(base))
+    urls = isolated_urls(pytestconfig, "redis", tmp_path)
+    try:
+        yield urls
+    finally:
+        urls.close()
 
 
 @pytest.fixture
-def redis_cluster_url_factory(pytestconfig: pytest.Config) -> Iterator[UrlFactory]:
+def redis_cluster_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
     """Redis Cluster store URLs, each with its own ``key_prefix``; keys deleted after."""
-    base = redis_cluster_base_url(pytestconfig)
-    yield from _factory(base, sync_cluster_client(base))
+    urls = isolated_urls(pytestconfig, "redis-cluster", tmp_path)
+    try:
+        yield urls
+    finally:
+        urls.close()

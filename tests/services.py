@@ -1,14 +1,19 @@
 """Where the test suite finds its services, and what happens when one is absent.
 
-| variable                        | default                                         |
-|---------------------------------|-------------------------------------------------|
-| ``IDEM_TEST_POSTGRES_URL``      | ``postgresql://postgres@127.0.0.1:5432/test``   |
-| ``IDEM_TEST_REDIS_URL``         | ``redis://127.0.0.1:6379/0``                    |
-| ``IDEM_TEST_REDIS_CLUSTER_URL`` | none (``scripts/services.py start`` sets it)    |
-| ``IDEM_TEST_DYNAMODB_ENDPOINT`` | none: a moto server is started on loopback      |
+One scheme, the plugin's (:mod:`telegram_idem.testing.stores`): a server's URL comes from
+``--idem-<store>-url``, ``IDEM_<STORE>_URL`` or the ini option ``idem_<store>_url``, for
+``postgres``, ``redis``, ``redis-cluster`` and ``dynamodb``. With none set, the
+``pytest_idem_server_url`` hook of ``tests/conftest.py`` finds one:
 
-An absent service skips its tests with the reason, unless ``IDEM_REQUIRE_SERVICES=1``
-(CI sets it), which turns every such skip into a failure.
+| store           | found without configuration                                        |
+|-----------------|--------------------------------------------------------------------|
+| ``postgres``    | ``postgresql://postgres@127.0.0.1:5432/test``, if it answers       |
+| ``redis``       | ``redis://127.0.0.1:6379/0``, if it answers                        |
+| ``redis-cluster`` | a private 3-master cluster for the session (``scripts/services.py``) |
+| ``dynamodb``    | a moto server in this process (``tests/fixtures_dynamodb.py``)      |
+
+An absent service skips its tests with the reason, unless ``--idem-require-stores`` or
+``IDEM_REQUIRE_STORES=1`` (CI sets it), which turns every such skip into a failure.
 
 The shared services are never stopped, flushed or reconfigured by a test (other runs use
 them at the same time): a test that needs an outage, a restart or a server setting
@@ -20,36 +25,84 @@ and ``tests/stores/test_redis.py`` (``outage_server``) do.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
 from telegram_idem.backends.base import Store
+from telegram_idem.testing.plugin import require_server_url, store_missing
 
 UrlFactory = Callable[[], str]
 """Returns a new, isolated store URL each call."""
 StoreFactory = Callable[[], Awaitable[Store]]
 """Makes another store object (its own connection) on one URL."""
 
-SHARED_STATE_STORES = {"sqlite", "postgres", "redis", "redis_cluster", "dynamodb"}
+SHARED_STATE_STORES = {"sqlite", "postgres", "redis", "redis-cluster", "dynamodb"}
 """Stores whose objects made from one URL share records (all but memory)."""
 
-POSTGRES_URL = os.environ.get("IDEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-REDIS_CLUSTER_URL = os.environ.get("IDEM_TEST_REDIS_CLUSTER_URL", "")
-DYNAMODB_ENDPOINT = os.environ.get("IDEM_TEST_DYNAMODB_ENDPOINT", "")
+INBOX_STORES = {"memory", "sqlite", "postgres", "redis", "redis-cluster"}
+"""Stores with a durable inbox (DynamoDB has none)."""
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+"""The PostgreSQL the suite uses when none is configured (if it answers)."""
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+"""The Redis the suite uses when none is configured (if it answers)."""
+
+
+class ServiceUnavailable(Exception):
+    """A service looked for and not found (the message says why): raised by the
+    ``pytest_idem_server_url`` hook, whose reason the plugin shows in the skip."""
+
+
+_session: list[pytest.Config] = []
+
+
+def use_config(config: pytest.Config) -> None:
+    """Remember the session's config (``tests/conftest.py`` calls this at configure)."""
+    _session[:] = [config]
+
+
+def session_config() -> pytest.Config:
+    """The session's config.
+
+    Raises:
+        RuntimeError: called before ``tests/conftest.py`` was configured.
+    """
+    if not _session:
+        raise RuntimeError("tests/services.py: no session config yet")
+    return _session[0]
 
 
 def service_missing(reason: str) -> NoReturn:
-    """Skip (or, under ``IDEM_REQUIRE_SERVICES=1``, fail) because a service is absent."""
-    if os.environ.get("IDEM_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing: {reason}", pytrace=False)
-    pytest.skip(reason)
+    """Skip (or, with stores required, fail) because a service is absent."""
+    store_missing(session_config(), reason)
+
+
+def server_url(name: str) -> str:
+    """The URL of server store ``name`` (see the module docstring); skips (or fails) the
+    test when there is none."""
+    return require_server_url(session_config(), name)
+
+
+def postgres_dsn() -> str:
+    """The PostgreSQL server's URL without store options: a DSN for asyncpg itself."""
+    from telegram_idem.backends.postgres import STORE_OPTIONS
+
+    parts = urlsplit(server_url("postgres"))
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in STORE_OPTIONS]
+    return parts._replace(query=urlencode(query)).geturl()
+
+
+def redis_url() -> str:
+    """The single Redis server's URL (store options such as ``key_prefix`` removed)."""
+    parts = urlsplit(server_url("redis"))
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "key_prefix"]
+    return parts._replace(query=urlencode(query)).geturl()
 
 
 _SCRIPTS_SERVICES = Path(__file__).resolve().parent.parent / "scripts" / "services.py"

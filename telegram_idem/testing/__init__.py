@@ -15,6 +15,8 @@ duplicates.
 - **The pytest plugin** (:mod:`telegram_idem.testing.plugin`, active once the package is
   installed): fixtures ``idem``, ``idem_store``, ``idem_clock``, ``update_factory``,
   ``fake_bot_api``, ``telegram_delivery``, ``replay``. See docs/testing.md.
+- **The store conformance suite** (:mod:`telegram_idem.testing.conformance`, imported on
+  its own): test classes a store's author subclasses with one URL factory.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 | fixture | gives |
 |---|---|
 | ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
-| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, dynamodb by option) |
-| ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL |
+| ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, redis-cluster, dynamodb by option) |
+| ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL (a server store's URL is shared: tests keep apart by key prefix) |
+| ``idem_store_url_factory`` | ``idem_store_url_factory()`` → a new URL of the store under test with storage of its own (file, table prefix, key prefix or table), removed after the test (:class:`~telegram_idem.testing.stores.IsolatedUrls`) |
+| ``idem_store_factory`` | ``await idem_store_factory(url=None)`` → another store object (its own connection) on ``url`` (default ``idem_store_url``) with ``idem_clock``, closed after the test |
 | ``idem_key_prefix`` / ``idem_keys`` | this test's unique key prefix and a ``KeyBuilder`` with it |
 | ``idem`` | an :class:`~telegram_idem.Idem` on ``idem_store`` with ``idem_keys`` and ``idem_clock``; its ``sleep`` (polls of the ``wait`` policy) advances the clock and yields ≤ 10 ms of real time |
 | ``update_factory`` | an :class:`~telegram_idem.testing.UpdateFactory` dating updates by ``idem_clock`` |
@@ -25,12 +27,20 @@ Options (CLI flag / ini option; server URLs also by environment variable, see
   to set;
 - ``--idem-require-stores`` / ``IDEM_REQUIRE_STORES=1`` / ``idem_require_stores = true``:
   a selected store that cannot run fails its tests instead of skipping them (CI);
-- ``--idem-postgres-url``, ``--idem-redis-url``, ``--idem-dynamodb-url`` (and
-  ``IDEM_POSTGRES_URL`` …, ``idem_postgres_url`` …): the servers;
+- ``--idem-postgres-url``, ``--idem-redis-url``, ``--idem-redis-cluster-url``,
+  ``--idem-dynamodb-url`` (and ``IDEM_POSTGRES_URL`` …, ``idem_postgres_url`` …): the
+  servers;
 - ``idem_testcontainers = false``: never start containers.
+
+With no URL configured, a ``pytest_idem_server_url(config, name)`` hook in a conftest
+(:mod:`telegram_idem.testing.hooks`) may name a server, then a container is tried.
+:func:`server_url`, :func:`require_server_url`, :func:`store_missing` and
+:func:`isolated_urls` give a project's own fixtures the same answers.
 
 Every test gets its own key prefix; a server store's records under it are deleted when the
 test ends. A URL that is configured but does not answer fails the test (you asked for it).
+Tests of :mod:`telegram_idem.testing.conformance` marked ``idem_shared_state`` are
+deselected on a class whose ``shares_state`` is false.
 This module imports no Telegram framework and no aiohttp.
 """
 
@@ -40,9 +50,9 @@ import asyncio
 import os
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -52,12 +62,14 @@ from telegram_idem.clock import ManualClock
 from telegram_idem.errors import ConfigurationError, StoreError
 from telegram_idem.guard import Idem
 from telegram_idem.keys import KeyBuilder
+from telegram_idem.testing import hooks
 from telegram_idem.testing.factories import UpdateFactory
 from telegram_idem.testing.replay import Replayer
 from telegram_idem.testing.stores import (
     ALL_STORES,
     SERVER_STORES,
     ContainerPool,
+    IsolatedUrls,
     missing_message,
     prepare_url,
     purge_prefix,
@@ -76,6 +88,7 @@ else:
         _async_fixture = pytest.fixture
 
 _POOL = pytest.StashKey[ContainerPool]()
+_FOUND = pytest.StashKey[dict[str, tuple[str | None, str]]]()
 DEFAULT_STORES: tuple[str, ...] = ("memory", "sqlite")
 """The stores ``idem_store`` runs on when none are configured: those that need no service."""
 TESTING_EXTRA_HINT = "pip install 'telegram-idem[testing]'"
@@ -84,6 +97,11 @@ _REAL_YIELD = 0.01  # seconds of real time a patched sleep yields at most
 
 
 # ---------------------------------------------------------------------- options
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register ``pytest_idem_server_url`` (:mod:`telegram_idem.testing.hooks`)."""
+    pluginmanager.add_hookspecs(hooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,7 +138,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for store in SERVER_STORES.values():
         group.addoption(
             store.flag,
-            dest=f"idem_{store.name}_url",
+            dest=store.ini,
             default=None,
             metavar="URL",
             help=f"{store.name} store URL for idem_store (or {store.env}, or ini {store.ini})",
@@ -135,10 +153,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Create the session's container pool (containers stop at the end of the session)."""
+    """Create the session's container pool (containers stop at the end of the session)
+    and register the ``idem_shared_state`` marker."""
     pool = ContainerPool(enabled=bool(config.getini("idem_testcontainers")))
     config.stash[_POOL] = pool
+    config.stash[_FOUND] = {}
     config.add_cleanup(pool.stop_all)
+    config.addinivalue_line(
+        "markers",
+        "idem_shared_state: needs store objects made from one URL to share records "
+        "(deselected on a conformance class whose shares_state is false)",
+    )
 
 
 def selected_stores(config: pytest.Config) -> list[str]:
@@ -177,13 +202,76 @@ def configured_url(config: pytest.Config, name: str) -> str | None:
     """The URL of server store ``name`` from its flag, environment variable or ini option."""
     store = SERVER_STORES[name]
     for value in (
-        config.getoption(f"idem_{name}_url", None),
+        config.getoption(store.ini, None),
         os.environ.get(store.env),
         config.getini(store.ini),
     ):
         if value:
             return str(value)
     return None
+
+
+def server_url(config: pytest.Config, name: str) -> str | None:
+    """The URL of server store ``name``: the configured one (:func:`configured_url`), else
+    what a ``pytest_idem_server_url`` hook names, else a container's; ``None`` when there
+    is none. Found once per session (a hook or a container is asked at most once).
+
+    Raises:
+        KeyError: ``name`` is not a server store.
+    """
+    return _find(config, name)[0]
+
+
+def require_server_url(config: pytest.Config, name: str) -> str:
+    """:func:`server_url`, or :func:`store_missing` with the reason there is none."""
+    url, reason = _find(config, name)
+    if url is None:
+        store_missing(config, reason)
+    return url
+
+
+def store_missing(config: pytest.Config, reason: str) -> NoReturn:
+    """Skip the current test because a store or its server cannot run here; fail it
+    instead when stores are required (:func:`stores_required`)."""
+    if stores_required(config):
+        pytest.fail(f"required store missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def isolated_urls(config: pytest.Config, name: str, directory: Path) -> IsolatedUrls:
+    """An :class:`IsolatedUrls` of store ``name`` (SQLite files under ``directory``), its
+    server found as for ``idem_store``; call ``close()`` on it when the test ends.
+
+    Raises:
+        pytest.skip.Exception: a server store with no server (``pytest.fail`` when stores
+            are required).
+    """
+    base = require_server_url(config, name) if name in SERVER_STORES else None
+    return IsolatedUrls(name, base, directory)
+
+
+def _find(config: pytest.Config, name: str) -> tuple[str | None, str]:
+    found = config.stash[_FOUND]
+    if name not in found:
+        found[name] = _search(config, name)
+    return found[name]
+
+
+def _search(config: pytest.Config, name: str) -> tuple[str | None, str]:
+    url = configured_url(config, name)
+    if url is not None:
+        return url, ""
+    hook_note = ""
+    try:
+        url = config.hook.pytest_idem_server_url(config=config, name=name)
+    except Exception as exc:
+        hook_note = str(exc) or repr(exc)
+    if url:
+        return str(url), ""
+    url, why = config.stash[_POOL].url(name)
+    if url is not None:
+        return url, ""
+    return None, missing_message(name, docker_note=why, hook_note=hook_note)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -211,13 +299,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("idem_store_name", stores, ids=stores, indirect=True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests marked ``idem_shared_state`` on a class whose ``shares_state`` is
+    false (a conformance class of a store whose objects keep records of their own)."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if item.get_closest_marker("idem_shared_state") and not getattr(cls, "shares_state", True):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 # ---------------------------------------------------------------------- stores
 
 
 @pytest.fixture
 def idem_store_name(request: pytest.FixtureRequest) -> str:
-    """The store under test: ``"memory"``, ``"sqlite"``, ``"postgres"``, ``"redis"`` or
-    ``"dynamodb"`` (``"memory"`` when not parametrised)."""
+    """The store under test: ``"memory"``, ``"sqlite"``, ``"postgres"``, ``"redis"``,
+    ``"redis-cluster"`` or ``"dynamodb"`` (``"memory"`` when not parametrised)."""
     return str(getattr(request, "param", "memory"))
 
 
@@ -247,15 +351,45 @@ def idem_store_url(idem_store_name: str, request: pytest.FixtureRequest, tmp_pat
         return "memory://"
     if idem_store_name == "sqlite":
         return f"sqlite:///{tmp_path / 'idem.db'}"
-    url = configured_url(request.config, idem_store_name)
-    if url is None:
-        url, why = request.config.stash[_POOL].url(idem_store_name)
-        if url is None:
-            reason = missing_message(idem_store_name, docker_note=why)
-            if stores_required(request.config):
-                pytest.fail(f"required store missing: {reason}", pytrace=False)
-            pytest.skip(reason)
-    return prepare_url(idem_store_name, url)
+    return prepare_url(idem_store_name, require_server_url(request.config, idem_store_name))
+
+
+@pytest.fixture
+def idem_store_url_factory(
+    idem_store_name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[IsolatedUrls]:
+    """``idem_store_url_factory()``: a new URL of the store under test, with storage of its
+    own (a SQLite file, a PostgreSQL table prefix with its tables made, a Redis key
+    prefix, a DynamoDB table), removed after the test; skips as ``idem_store_url``."""
+    urls = isolated_urls(request.config, idem_store_name, tmp_path)
+    try:
+        yield urls
+    finally:
+        urls.close()
+
+
+@_async_fixture
+async def idem_store_factory(
+    idem_store_url: str, idem_clock: ManualClock
+) -> AsyncIterator[Callable[..., Awaitable[Store]]]:
+    """``await idem_store_factory(url=None)``: another store object (its own connection)
+    on ``url`` (default ``idem_store_url``) with ``idem_clock``; all closed after the test.
+
+    Raises:
+        ConfigurationError: ``url`` is not a store URL (when called).
+    """
+    made: list[Store] = []
+
+    async def make(url: str | None = None) -> Store:
+        store = store_from_url(url or idem_store_url, clock=idem_clock)
+        made.append(store)
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in made:
+            await store.close()
 
 
 @_async_fixture

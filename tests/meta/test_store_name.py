@@ -10,7 +10,7 @@ SCHEMES = {
     "sqlite": "sqlite:",
     "postgres": "postgresql:",
     "redis": "redis:",
-    "redis_cluster": "redis+cluster:",
+    "redis-cluster": "redis+cluster:",
     "dynamodb": "dynamodb:",
 }
 
@@ -29,4 +29,4 @@ def test_store_name_matches_the_store_url(label: str, store_name: str, store_url
 def test_the_inbox_marker_keeps_only_inbox_stores(
     label: str, store_name: str, store_url: str
 ) -> None:
-    assert store_name in {"memory", "sqlite", "postgres", "redis", "redis_cluster"}
+    assert store_name in {"memory", "sqlite", "postgres", "redis", "redis-cluster"}

@@ -1,11 +1,11 @@
 """DynamoDB store specifics, against moto in server mode (a real HTTP endpoint on loopback).
 
-The state machine itself is checked by the conformance suite (tests/core); here: round
-trips counted from the client (aiobotocore ``before-send`` hooks) and, when the session's
-own moto server is used, from the server; the expiry check inside the conditions (an
-expired item that TTL has not deleted yet); races between the two round trips of a
-takeover; writes whose response was lost and that botocore re-sent; create_table and TTL;
-outages and throttling as ``StoreError``; URLs.
+The state machine itself is checked by the conformance suite
+(tests/stores/test_conformance.py); here: round trips counted from the client (aiobotocore
+``before-send`` hooks) and, when the session's own moto server is used, from the server;
+the expiry check inside the conditions (an expired item that TTL has not deleted yet);
+races between the two round trips of a takeover; writes whose response was lost and that
+botocore re-sent; create_table and TTL; outages and throttling as ``StoreError``; URLs.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from fixtures_postgres import (
     run_sync,
     with_option,
 )
-from services import POSTGRES_URL
+from services import postgres_dsn
 
 from telegram_idem.cli import cli
 
@@ -26,13 +26,13 @@ def prefix() -> Iterator[str]:
     postgres_reachable_or_missing()
     name = f"t{secrets.token_hex(6)}"
     yield name
-    run_sync(lambda: drop_tables(POSTGRES_URL, [name]))
+    run_sync(lambda: drop_tables(postgres_dsn(), [name]))
 
 
 async def _tables(prefix: str) -> set[str]:
     import asyncpg
 
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=10.0)
+    conn = await asyncpg.connect(postgres_dsn(), timeout=10.0)
     try:
         rows = await conn.fetch(
             "SELECT table_name FROM information_schema.tables WHERE table_name LIKE $1",
@@ -44,7 +44,7 @@ async def _tables(prefix: str) -> set[str]:
 
 
 def test_cli_migrate_names_the_records_and_the_inbox_table(prefix: str) -> None:
-    url = with_option(POSTGRES_URL, f"table_prefix={prefix}")
+    url = with_option(postgres_dsn(), f"table_prefix={prefix}")
     for _ in range(2):  # made, then found (idempotent)
         result = CliRunner().invoke(cli, ["migrate", url])
         assert result.exit_code == 0, result.output

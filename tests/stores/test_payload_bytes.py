@@ -1,5 +1,8 @@
 """Every store keeps payload, result and error bytes losslessly (issue 8, item 10).
 
+The payload and result round trips are part of the conformance suite
+(tests/stores/test_conformance.py); here: error texts and the decision log.
+
 An update may carry what JSON allows and text columns refuse: a lone UTF-16 surrogate
 escape (``"\\ud800"``), a NUL escape (``"\\u0000"``), emoji, right-to-left text. The
 ingress encodes it ASCII-safe, but a store must not depend on that: the inbox hands back
@@ -9,7 +12,6 @@ the exact bytes it admitted, a record the exact result bytes, whatever they are.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import sys
 
@@ -19,57 +21,16 @@ from telegram_idem import Store
 from telegram_idem.backends.text import storable_text
 from telegram_idem.inbox.base import NewEntry
 from telegram_idem.logs import decision_logger, log_decision
+from telegram_idem.testing.conformance import ODD_PAYLOADS, ODD_TEXTS
 
 RETENTION = 3600.0
 LEASE = 30.0
-
-ODD_TEXTS = [
-    "\ud800",  # a lone high surrogate
-    "\udfff tail",  # a lone low surrogate
-    "a\u0000b",  # NUL
-    "👍🏽 emoji, ZWJ 👨‍👩‍👧",
-    "שלום עולם \u202e RTL override",
-]
-
-PAYLOADS = [
-    *(json.dumps({"update_id": 1, "message": {"text": t}}).encode() for t in ODD_TEXTS),
-    *(
-        json.dumps({"update_id": 1, "message": {"text": t}}, ensure_ascii=False).encode(
-            "utf-8", "surrogatepass"
-        )
-        for t in ODD_TEXTS
-    ),
-    b'{"update_id":1,"message":{"text":"\\ud800"}}',
-    b"\x00\xff\xfe not even UTF-8 \x80",
-]
-
-
-@pytest.mark.inbox
-async def test_inbox_takes_back_the_bytes_it_admitted(store: Store) -> None:
-    inbox = store.inbox()
-    for i, payload in enumerate(PAYLOADS):
-        assert await inbox.admit(NewEntry(f"idem:7:u:{i}", "chat:1", payload), retention=RETENTION)
-        taken = await inbox.take(lease=LEASE)
-        assert taken is not None and taken.payload == payload, i
-        assert await inbox.ack(taken)
-
-
-@pytest.mark.inbox
-async def test_admit_many_keeps_every_payload(store: Store) -> None:
-    entries = [NewEntry(f"idem:7:u:{i}", f"chat:{i}", p) for i, p in enumerate(PAYLOADS)]
-    assert await store.inbox().admit_many(entries, retention=RETENTION) == [True] * len(entries)
-    got = {}
-    for _ in entries:
-        taken = await store.inbox().take(lease=LEASE)
-        assert taken is not None
-        got[taken.id] = taken.payload
-    assert got == {e.update_key: e.payload for e in entries}
 
 
 @pytest.mark.inbox
 async def test_an_error_text_quoting_odd_characters_is_kept_not_refused(store: Store) -> None:
     inbox = store.inbox()
-    await inbox.admit(NewEntry("idem:7:u:1", "chat:1", PAYLOADS[0]), retention=RETENTION)
+    await inbox.admit(NewEntry("idem:7:u:1", "chat:1", ODD_PAYLOADS[0]), retention=RETENTION)
     error = "ValueError: " + "|".join(ODD_TEXTS)
     taken = await inbox.take(lease=LEASE)
     assert taken is not None and await inbox.retry(taken, delay=0.0, error=error)
@@ -77,23 +38,11 @@ async def test_an_error_text_quoting_odd_characters_is_kept_not_refused(store: S
     assert again is not None and again.last_error == storable_text(error)
     assert await inbox.bury(again, error=error)
     (dead,) = await inbox.dead_letters()
-    assert dead.payload == PAYLOADS[0]
+    assert dead.payload == ODD_PAYLOADS[0]
     assert dead.last_error == storable_text(error)
     assert dead.last_error == (
         "ValueError: \\ud800|\\udfff tail|a\\x00b|" + "|".join(ODD_TEXTS[3:])
     )
-
-
-async def test_record_result_bytes_round_trip(store: Store) -> None:
-    for i, result in enumerate(PAYLOADS):
-        key = f"idem:7:a:odd{i}"
-        claim = await store.claim(key, lease=LEASE, retention=RETENTION)
-        token = claim.record.fencing_token
-        assert await store.complete(key, token, result, retention=RETENTION)
-        record = await store.get(key)
-        assert record is not None and record.result == result, i
-        replay = await store.claim(key, lease=LEASE, retention=RETENTION)
-        assert replay.record.result == result, i
 
 
 class _StrictHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -1,6 +1,6 @@
 """PostgreSQL store specifics: round trips, schema, purge, outage, PgBouncer mode, CLI, URLs.
 
-The state machine itself is checked by the conformance suite (tests/core, ``-k postgres``).
+The state machine itself is checked by the conformance suite (tests/stores/test_conformance.py).
 Round trips are counted at asyncpg's protocol layer: every protocol call below
 (``prepare``, ``bind_execute``, ``query``…) sends its messages with one Sync and waits for
 ReadyForQuery, i.e. it is exactly one network round trip.
@@ -29,7 +29,7 @@ from fixtures_postgres import (
     with_option,
 )
 from pg_counting import Trips, counting_connection_class
-from services import POSTGRES_URL
+from services import postgres_dsn
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends import store_from_url
@@ -49,7 +49,7 @@ def prefix_of(url: str) -> str:
 
 
 async def table_exists(prefix: str) -> bool:
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         return await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{prefix}_records")
     finally:
@@ -57,7 +57,7 @@ async def table_exists(prefix: str) -> bool:
 
 
 async def count_rows(prefix: str) -> int:
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         return int(await conn.fetchval(f"SELECT count(*) FROM {prefix}_records"))
     finally:
@@ -65,7 +65,7 @@ async def count_rows(prefix: str) -> int:
 
 
 async def server_now() -> float:
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         return float(await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8"))
     finally:
@@ -78,7 +78,7 @@ async def fresh_prefix() -> AsyncIterator[str]:
     postgres_reachable_or_missing()
     prefix = f"t{os.urandom(6).hex()}"
     yield prefix
-    await drop_tables(POSTGRES_URL, [prefix])
+    await drop_tables(postgres_dsn(), [prefix])
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ async def test_missing_table_is_a_configuration_error_naming_migrate(
     fresh_prefix: str, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
     store = closing(
-        PostgresStore.from_url(with_option(POSTGRES_URL, f"table_prefix={fresh_prefix}"))
+        PostgresStore.from_url(with_option(postgres_dsn(), f"table_prefix={fresh_prefix}"))
     )
     with pytest.raises(ConfigurationError, match="telegram-idem migrate") as info:
         await store.claim("k", lease=LEASE, retention=RETENTION)
@@ -202,7 +202,7 @@ async def test_missing_table_is_a_configuration_error_naming_migrate(
 async def test_auto_create_makes_the_table_on_first_use(
     fresh_prefix: str, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
-    url = with_option(POSTGRES_URL, f"table_prefix={fresh_prefix}&auto_create=1")
+    url = with_option(postgres_dsn(), f"table_prefix={fresh_prefix}&auto_create=1")
     stores = [closing(PostgresStore.from_url(url)) for _ in range(4)]
     assert not await table_exists(fresh_prefix)
     # four stores racing to create it: the advisory lock serialises the DDL
@@ -212,9 +212,9 @@ async def test_auto_create_makes_the_table_on_first_use(
 
 
 async def test_migrate_is_idempotent_and_makes_the_declared_schema(fresh_prefix: str) -> None:
-    await migrate(POSTGRES_URL, table_prefix=fresh_prefix)
-    await migrate(POSTGRES_URL, table_prefix=fresh_prefix)
-    conn = await asyncpg.connect(POSTGRES_URL)
+    await migrate(postgres_dsn(), table_prefix=fresh_prefix)
+    await migrate(postgres_dsn(), table_prefix=fresh_prefix)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         cols = await conn.fetch(
             "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
@@ -254,16 +254,16 @@ def test_ddl_is_compiled_for_postgresql_with_if_not_exists() -> None:
 
 async def test_migrate_refuses_a_store_url() -> None:
     with pytest.raises(ConfigurationError, match="telegram-idem migrate"):
-        await migrate(with_option(POSTGRES_URL, "table_prefix=x"))
+        await migrate(with_option(postgres_dsn(), "table_prefix=x"))
     with pytest.raises(ConfigurationError):
-        await migrate(POSTGRES_URL, table_prefix="Bad-Prefix")
+        await migrate(postgres_dsn(), table_prefix="Bad-Prefix")
 
 
 # ----------------------------------------------------------------- CLI
 
 
 def test_cli_migrate_creates_the_table(fresh_prefix: str) -> None:
-    url = with_option(POSTGRES_URL, f"table_prefix={fresh_prefix}")
+    url = with_option(postgres_dsn(), f"table_prefix={fresh_prefix}")
     runner = CliRunner()
     result = runner.invoke(cli, ["migrate", url])
     assert result.exit_code == 0, result.output
@@ -283,7 +283,7 @@ def test_cli_migrate_needs_nothing_for_sqlite_and_memory(tmp_path: Path) -> None
 
 def test_cli_migrate_bad_url_exits_1() -> None:
     runner = CliRunner()
-    result = runner.invoke(cli, ["migrate", with_option(POSTGRES_URL, "tabel_prefix=x")])
+    result = runner.invoke(cli, ["migrate", with_option(postgres_dsn(), "tabel_prefix=x")])
     assert result.exit_code == 1
     assert "unknown option" in result.output
     result = runner.invoke(cli, ["migrate", "mysql://localhost/db"])
@@ -349,7 +349,7 @@ async def test_purge_skips_rows_locked_by_a_claim(
     await store.claim("a", lease=1.0, retention=2.0)
     await store.claim("b", lease=1.0, retention=2.0)
     clock.advance(10)
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         async with conn.transaction():
             await conn.execute(f"SELECT 1 FROM {prefix_of(url)}_records WHERE key = 'a' FOR UPDATE")
@@ -526,7 +526,7 @@ async def test_outage_is_a_store_error_and_the_same_store_recovers(
 async def shared_server_started() -> object:
     """The shared server's ``pg_postmaster_start_time()``, or None if it is unreachable."""
     try:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+        conn = await asyncpg.connect(postgres_dsn(), timeout=5)
     except (OSError, asyncpg.PostgresError):
         return None
     try:
@@ -549,7 +549,7 @@ async def test_unreachable_server_is_a_store_error_with_the_original() -> None:
 
 async def test_wrong_database_is_a_configuration_error() -> None:
     postgres_reachable_or_missing()
-    parts = urlsplit(POSTGRES_URL)
+    parts = urlsplit(postgres_dsn())
     store = PostgresStore(parts._replace(path="/no_such_db_telegram_idem").geturl())
     try:
         with pytest.raises(ConfigurationError):

@@ -2,7 +2,7 @@
 per-chat admission lock, redrive to the tail, admission parity with
 ``logic.admitted_record``, the schema, and a model check against the memory inbox.
 
-The inbox contract itself runs in tests/inbox/test_inbox_contract.py (``-k postgres``).
+The inbox contract itself runs in tests/stores/test_conformance.py (``-k Postgres``).
 Round trips are counted at asyncpg's protocol layer, as in tests/stores/test_postgres.py:
 each protocol call (``prepare``, ``bind_execute``…) is one Sync and one ReadyForQuery.
 """
@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 from fixtures_postgres import drop_tables, postgres_reachable_or_missing, with_option
 from pg_counting import Trips, counting_connection_class
-from services import POSTGRES_URL
+from services import postgres_dsn
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
 from telegram_idem.backends.memory import MemoryStore
@@ -62,7 +62,7 @@ def inbox_of(store: PostgresStore) -> PostgresInbox:
 
 async def raw_record(prefix: str, key: str) -> Record | None:
     """The stored record, expired or not (``store.get`` hides expired ones)."""
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         row = await conn.fetchrow(f"SELECT * FROM {prefix}_records WHERE key = $1", key)
     finally:
@@ -101,7 +101,7 @@ async def fresh_prefix() -> AsyncIterator[str]:
     postgres_reachable_or_missing()
     prefix = f"t{os.urandom(6).hex()}"
     yield prefix
-    await drop_tables(POSTGRES_URL, [prefix])
+    await drop_tables(postgres_dsn(), [prefix])
 
 
 # ----------------------------------------------------------------- round trips
@@ -271,7 +271,7 @@ async def test_admissions_of_one_chat_commit_in_seq_order(
     url = postgres_url_factory()
     store = closing(PostgresStore.from_url(url))  # server clock: the SQL has 4 parameters
     inbox = inbox_of(store)
-    conn = await asyncpg.connect(POSTGRES_URL)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         tx = conn.transaction()
         await tx.start()
@@ -383,7 +383,7 @@ async def test_20_takers_on_20_connections_never_share_an_entry_or_a_chat(
                 done.set()
 
     async def monitor() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL)
+        conn = await asyncpg.connect(postgres_dsn())
         try:
             while not done.is_set():
                 rows = await conn.fetch(
@@ -431,9 +431,9 @@ async def test_racing_takers_of_expired_leases_take_each_entry_once(
 
 
 async def test_migrate_creates_the_inbox_table_idempotently(fresh_prefix: str) -> None:
-    await migrate(POSTGRES_URL, table_prefix=fresh_prefix)
-    await migrate(POSTGRES_URL, table_prefix=fresh_prefix)
-    conn = await asyncpg.connect(POSTGRES_URL)
+    await migrate(postgres_dsn(), table_prefix=fresh_prefix)
+    await migrate(postgres_dsn(), table_prefix=fresh_prefix)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         cols = await conn.fetch(
             "SELECT column_name, data_type, is_nullable, is_identity "
@@ -489,7 +489,7 @@ def test_ddl_adds_the_inbox_after_the_records() -> None:
 async def test_auto_create_makes_the_inbox_table(
     fresh_prefix: str, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
-    url = with_option(POSTGRES_URL, f"table_prefix={fresh_prefix}&auto_create=1")
+    url = with_option(postgres_dsn(), f"table_prefix={fresh_prefix}&auto_create=1")
     inbox = closing(PostgresStore.from_url(url)).inbox()
     assert await inbox.admit(entry(1), retention=RETENTION)
     assert await inbox.depth() == 1
@@ -498,14 +498,14 @@ async def test_auto_create_makes_the_inbox_table(
 async def test_a_missing_inbox_table_is_a_configuration_error_naming_it(
     fresh_prefix: str, closing: Callable[[PostgresStore], PostgresStore]
 ) -> None:
-    await migrate(POSTGRES_URL, table_prefix=fresh_prefix)
-    conn = await asyncpg.connect(POSTGRES_URL)
+    await migrate(postgres_dsn(), table_prefix=fresh_prefix)
+    conn = await asyncpg.connect(postgres_dsn())
     try:
         await conn.execute(f"DROP TABLE {fresh_prefix}_inbox")  # migrated before the inbox
     finally:
         await conn.close()
     store = closing(
-        PostgresStore.from_url(with_option(POSTGRES_URL, f"table_prefix={fresh_prefix}"))
+        PostgresStore.from_url(with_option(postgres_dsn(), f"table_prefix={fresh_prefix}"))
     )
     with pytest.raises(ConfigurationError, match=f"'{fresh_prefix}_inbox' does not exist"):
         await store.inbox().take(lease=LEASE)

@@ -137,7 +137,7 @@ def counting_store(server: PrivateRedis) -> RedisStore:
     pool = ConnectionPool(
         connection_class=CountingConnection, port=server.port, retry=Retry(NoBackoff(), 0)
     )
-    return RedisStore(Redis(connection_pool=pool))
+    return RedisStore(Redis.from_pool(pool))  # the client owns the pool: aclose() closes it
 
 
 @dataclass

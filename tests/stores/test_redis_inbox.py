@@ -110,7 +110,7 @@ async def counted(stats_port: int, admin: Redis) -> AsyncIterator[RedisStore]:
     pool = ConnectionPool(
         connection_class=CountingConnection, port=stats_port, retry=Retry(NoBackoff(), 0)
     )
-    store = RedisStore(Redis(connection_pool=pool))
+    store = RedisStore(Redis.from_pool(pool))  # the client owns the pool: aclose() closes it
     for source in SOURCES:  # steady state: no NOSCRIPT below
         await admin.script_load(source)
     await store.get("warm-up")  # the connection is open

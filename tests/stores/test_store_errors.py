@@ -22,7 +22,7 @@ import pytest
 import redis
 from aiohttp import web
 from fixtures_dynamodb import free_port
-from services import POSTGRES_URL, REDIS_URL
+from services import postgres_dsn, redis_url
 
 from telegram_idem import ConfigurationError, StoreError, store_from_url
 from telegram_idem.backends.base import Store
@@ -117,7 +117,7 @@ async def test_redis_right_password_works_and_an_outage_keeps_the_driver_text(
 
 
 async def test_redis_database_index_the_server_lacks_is_a_configuration_error() -> None:
-    parts = urlsplit(REDIS_URL)
+    parts = urlsplit(redis_url())
     url = parts._replace(path="/99").geturl()  # the shared server: nothing is written
     error = await first_use(store_from_url(url))
     assert isinstance(error, ConfigurationError), error
@@ -134,7 +134,7 @@ async def test_redis_unresolvable_host_is_a_store_error_naming_it() -> None:
 
 
 def _postgres(database: str | None = None, port: int | None = None) -> str:
-    parts = urlsplit(POSTGRES_URL)
+    parts = urlsplit(postgres_dsn())
     user = parts.username or "postgres"
     host = parts.hostname or "127.0.0.1"
     netloc = f"{user}:{PASSWORD}@{host}:{port or parts.port or 5432}"

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from telegram_idem.testing.stores import SERVER_STORES
+
 pytest_plugins = ["pytester"]
 
-SERVER_ENV = ("IDEM_POSTGRES_URL", "IDEM_REDIS_URL", "IDEM_DYNAMODB_URL")
+SERVER_ENV = tuple(store.env for store in SERVER_STORES.values())
 
 WHICH_STORE = """
 import pytest

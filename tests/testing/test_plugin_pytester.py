@@ -13,9 +13,11 @@ from collections.abc import Callable
 
 import pytest
 
+from telegram_idem.testing.stores import SERVER_STORES
+
 pytest_plugins = ["pytester"]
 
-SERVER_ENV = ("IDEM_POSTGRES_URL", "IDEM_REDIS_URL", "IDEM_DYNAMODB_URL")
+SERVER_ENV = tuple(store.env for store in SERVER_STORES.values())
 
 STORE_TESTS = """
 import time
@@ -154,8 +156,8 @@ async def test_store(idem_store_name, idem_store):
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No server URL leaks in from the outer environment."""
-    for name in SERVER_ENV:
+    """No store setting leaks in from the outer environment (CI requires every store)."""
+    for name in (*SERVER_ENV, "IDEM_STORES", "IDEM_REQUIRE_STORES"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -229,10 +231,10 @@ def test_without_docker_or_testcontainers_the_skip_says_why(
     [
         ("postgres", "postgres_url_factory"),
         ("redis", "redis_url_factory"),
-        ("redis", "redis_cluster_url_factory"),
+        ("redis-cluster", "redis_cluster_url_factory"),
         ("dynamodb", "dynamodb_url_factory"),
     ],
-    ids=["postgres", "redis", "redis_cluster", "dynamodb"],
+    ids=["postgres", "redis", "redis-cluster", "dynamodb"],
 )
 def test_server_store_runs_isolated_and_cleans_up(
     name: str,
@@ -244,7 +246,7 @@ def test_server_store_runs_isolated_and_cleans_up(
     """Against the repo's test services (skipped when absent, like the store suite)."""
     url_factory: Callable[[], str] = request.getfixturevalue(factory)
     url = url_factory()
-    clean_env.setenv(f"IDEM_{name.upper()}_URL", url)
+    clean_env.setenv(SERVER_STORES[name].env, url)
     pytester.makepyfile(test_stores=STORE_TESTS)
     result = pytester.runpytest_subprocess(f"--idem-stores={name}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
@@ -288,7 +290,7 @@ client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=query["e
                       aws_access_key_id="testing", aws_secret_access_key="testing")
 print(client.scan(TableName=parts.netloc, Select="COUNT", ConsistentRead=True)["Count"])
 """,
-    }[name]
+    }["redis" if name.startswith("redis") else name]
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), url],
         capture_output=True,

@@ -38,6 +38,8 @@ def test_the_plugin_fixtures_are_documented_in_the_plugin_module() -> None:
         "idem_clock",
         "idem_store_name",
         "idem_store_url",
+        "idem_store_url_factory",
+        "idem_store_factory",
         "idem_key_prefix",
         "idem_keys",
         "update_factory",

@@ -1,31 +1,33 @@
-"""Hypothesis drives each store and a reference model with the same random operations and
-clock moves, and compares every answer.
+"""A reference model of the record state machine, and a store compared with it.
 
-The model (:class:`ClaimTable`, below) is written here from the claim table of
-``docs/design/record.md``, over a dict of plain dicts. It imports nothing of the
-library's logic (not :mod:`telegram_idem.machine`, which the memory and SQLite stores
-run): a model that shared their code would share their bugs. A store that disagrees with
-it on any outcome, token, status, fingerprint, result, attempt count or time is wrong (or
-the model is: either way, a bug to look at). A store may purge a record once its
-retention has passed, so a claim of an expired key may start the fencing token again at
-1; the model accepts that and follows.
+Hypothesis drives the store and the model with the same random operations and clock
+moves, and compares every answer. The model (:class:`ClaimTable`) is written from the
+claim table of ``docs/design/record.md``, over a dict of plain dicts. It imports nothing
+of the library's logic (not :mod:`telegram_idem.machine`, which the memory and SQLite
+stores run): a model that shared their code would share their bugs. A store that
+disagrees with it on any outcome, token, status, fingerprint, result, attempt count or
+time is wrong (or the model is: either way, a bug to look at). A store may purge a record
+once its retention has passed, so a claim of an expired key may start the fencing token
+again at 1; the model accepts that and follows.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from services import UrlFactory
 
-from telegram_idem.backends import store_from_url
 from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
+from telegram_idem.clock import Clock, ManualClock
 from telegram_idem.records import Outcome, Record, Status
+from telegram_idem.testing.conformance._base import ConformanceBase, UrlFactory
+
+__all__ = ["ClaimTable", "ModelContract", "StoreVersusModel"]
 
 KEYS = st.sampled_from(["idem:1:a:k1", "idem:1:a:k2", "idem:1:u:3"])
 FINGERPRINTS = st.sampled_from([None, "fp-a", "fp-b"])
@@ -164,12 +166,13 @@ class StoreVersusModel(RuleBasedStateMachine):
     """One example: a fresh store, a fresh model, the same operations on both."""
 
     url_factory: UrlFactory
+    open_store: Callable[[str, Clock | None], Store]
 
     @initialize()
     def start(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.clock = ManualClock()
-        self.store: Store = store_from_url(self.url_factory(), clock=self.clock)
+        self.store: Store = self.open_store(self.url_factory(), self.clock)
         self.model = ClaimTable()
         self.tokens: dict[str, int] = {}
 
@@ -237,20 +240,24 @@ class StoreVersusModel(RuleBasedStateMachine):
             _same(self.run(self.store.get(key)), key, self.model.live(key, self.clock()))
 
 
-SLOW_STORES = {"dynamodb": 12}
-"""Examples per run for stores whose every request is an HTTP round trip to moto."""
+class ModelContract(ConformanceBase):
+    """The store agrees with :class:`ClaimTable` on random sequences of claims,
+    completions, failures, releases, extensions and clock moves (``model_examples`` of
+    them, 25 steps each)."""
 
+    def test_store_agrees_with_the_reference_model(self, store_url_factory: UrlFactory) -> None:
+        conformance = self
 
-def test_store_agrees_with_the_reference_model(
-    store_url_factory: UrlFactory, store_name: str
-) -> None:
-    class Machine(StoreVersusModel):
-        url_factory = staticmethod(store_url_factory)  # type: ignore[assignment]
+        class Machine(StoreVersusModel):
+            url_factory = staticmethod(store_url_factory)
 
-    Machine.TestCase.settings = settings(
-        max_examples=SLOW_STORES.get(store_name, 40),
-        stateful_step_count=25,
-        deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
-    Machine.TestCase().runTest()
+            def open_store(self, url: str, clock: Clock | None) -> Store:
+                return conformance.open_store(url, clock)
+
+        Machine.TestCase.settings = settings(
+            max_examples=self.model_examples,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )
+        Machine.TestCase().runTest()
