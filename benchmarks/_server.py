@@ -11,7 +11,7 @@ import sys
 from aiohttp import web
 
 from telegram_idem import Idem
-from telegram_idem.ingress.webhook import WebhookIngress
+from telegram_idem.ingress._webhook import WebhookIngress
 
 
 async def bare(_request: web.Request) -> web.Response:

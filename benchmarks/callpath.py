@@ -66,8 +66,8 @@ async def main() -> None:
         from telegram_idem.inbox import InboxWorker
         from telegram_idem.ingress import WebhookIngress
     except ImportError:  # pragma: no cover - older layouts
-        from telegram_idem.inbox.worker import InboxWorker
-        from telegram_idem.ingress.webhook import WebhookIngress
+        from telegram_idem.inbox._worker import InboxWorker
+        from telegram_idem.ingress._webhook import WebhookIngress
 
     tmp = tempfile.mkdtemp()
     store = store_from_url(f"sqlite:///{tmp}/callpath.db")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _report import percentile, write_section
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

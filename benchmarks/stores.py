@@ -58,9 +58,9 @@ from typing import Any
 from _report import write_section
 
 from telegram_idem import Idem
-from telegram_idem.backends.base import Store
-from telegram_idem.records import Claim, Outcome
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem._records import Claim, Outcome
+from telegram_idem.backends._base import Store
+from telegram_idem.testing._stores import SERVER_STORES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

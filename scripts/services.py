@@ -12,7 +12,7 @@ Usage (CI; the standard library is all it needs)::
     python3 scripts/services.py stop --state /tmp/idem-services.json
 
 ``start`` prints shell ``export`` lines on stdout (progress goes to stderr), in the
-pytest plugin's scheme (``telegram_idem.testing.stores``):
+pytest plugin's scheme (``telegram_idem.testing._stores``):
 
 - ``IDEM_REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:P1``
 - ``IDEM_DYNAMODB_URL='dynamodb://idem_test?endpoint_url=http://127.0.0.1:PORT&region=us-east-1'``

@@ -5,14 +5,19 @@ the action guard (:func:`idempotent` over a business key), and side-effect steps
 (:meth:`Idem.step`), plus per-chat locks and signed callback tokens.
 """
 
-from telegram_idem.admission import Admission, StorePolicy
-from telegram_idem.admitted import Admitted
+from telegram_idem._admission import Admission, StorePolicy
+from telegram_idem._admitted import AdmissionHost, Admitted
+from telegram_idem._callbacks import CallbackTokens
+from telegram_idem._clock import ManualClock
+from telegram_idem._codec import JsonCodec, ResultCodec
+from telegram_idem._context import Guard, UpdateContext, bind_update, current_update
+from telegram_idem._decorator import idempotent
+from telegram_idem._guard import Idem
+from telegram_idem._keys import KeyBuilder, fingerprint, render_template
+from telegram_idem._ordering import Ordering
+from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem._updates import bot_id_from_token
 from telegram_idem.backends import Store, store_from_url
-from telegram_idem.callbacks import CallbackTokens
-from telegram_idem.clock import ManualClock
-from telegram_idem.codec import JsonCodec, ResultCodec
-from telegram_idem.context import bind_update, current_update
-from telegram_idem.decorator import idempotent
 from telegram_idem.errors import (
     CallbackTokenError,
     ClaimError,
@@ -34,14 +39,12 @@ from telegram_idem.errors import (
     UpdateInProgressError,
 )
 from telegram_idem.events import DecisionEvent, subscribe
-from telegram_idem.guard import Idem
-from telegram_idem.keys import KeyBuilder, fingerprint, render_template
-from telegram_idem.records import Claim, Outcome, Record, Status
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Admission",
+    "AdmissionHost",
     "Admitted",
     "CallbackTokenError",
     "CallbackTokens",
@@ -52,6 +55,7 @@ __all__ = [
     "DecisionEvent",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
+    "Guard",
     "Idem",
     "IdemError",
     "InProgressError",
@@ -62,6 +66,7 @@ __all__ = [
     "LostClaimError",
     "MalformedUpdateError",
     "ManualClock",
+    "Ordering",
     "Outcome",
     "PermanentUpdateError",
     "Record",
@@ -73,8 +78,10 @@ __all__ = [
     "StorePolicy",
     "StoredFailureError",
     "UnknownCallbackTokenError",
+    "UpdateContext",
     "UpdateInProgressError",
     "bind_update",
+    "bot_id_from_token",
     "current_update",
     "fingerprint",
     "idempotent",

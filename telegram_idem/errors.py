@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from telegram_idem.records import Record
+    from telegram_idem._records import Record
 
 __all__ = [
     "CallbackTokenError",
@@ -120,7 +120,7 @@ class InProgressError(ClaimError):
 class UpdateInProgressError(InProgressError):
     """An update's guard claim is held elsewhere and its lease is alive.
 
-    The delivery must not be acknowledged (see :mod:`telegram_idem.admission`): a webhook
+    The delivery must not be acknowledged (see :mod:`telegram_idem._admission`): a webhook
     answers it with a non-2xx so Telegram re-sends it, and the re-delivery after the
     holder's lease ends runs it by takeover if the holder died.
     """

@@ -22,7 +22,7 @@ hooks still run. When no hook is subscribed and the decision logger is off for t
 emitting costs one check: no event is built.
 
 A store outage makes no decision: it raises :class:`~telegram_idem.errors.StoreError`
-and is logged by the admission (:mod:`telegram_idem.admitted`).
+and is logged by the admission (:mod:`telegram_idem._admitted`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from telegram_idem import updates as _u
+from telegram_idem import _updates as _u
 
 __all__ = [
     "Boundary",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from telegram_idem.records import Claim, Outcome, Record, Status
+from telegram_idem._records import Claim, Outcome, Record, Status
 
 __all__ = ["decide_claim", "do_complete", "do_extend", "do_fail", "do_release", "is_live"]
 

@@ -7,7 +7,7 @@ turns a :class:`Refusal` into its framework's answer, so every shell refuses the
 requests with the same status. Source: Bot API, ``setWebhook``: the
 ``X-Telegram-Bot-Api-Secret-Token`` header carries the ``secret_token`` given at
 ``setWebhook``; the body is a JSON-serialised ``Update``. The secret rule (required unless
-opted out, rotation) is :mod:`telegram_idem.webhook_secret`'s; the table for every
+opted out, rotation) is :mod:`telegram_idem._webhook_secret`'s; the table for every
 ingress shape is ``docs/answers.md``.
 
 | request (checked in this order)                        | answer                     |
@@ -41,9 +41,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from telegram_idem._updates import validate_update
+from telegram_idem._webhook_secret import SECRET_HEADER, SecretCheck
 from telegram_idem.errors import MalformedUpdateError
-from telegram_idem.updates import validate_update
-from telegram_idem.webhook_secret import SECRET_HEADER, SecretCheck
 
 __all__ = [
     "BODY_INCOMPLETE",
@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "SECRET_HEADER",
     "Refusal",
+    "SecretCheck",
     "WebhookRequest",
     "WebhookUpdate",
     "body_too_large",
@@ -174,7 +175,7 @@ def check_request_head(
         method: the HTTP method (compared case-insensitively), or ``None`` when the shell
             cannot tell (not checked then).
         headers: the request headers (see :func:`header`).
-        secret: the secret check (:func:`~telegram_idem.webhook_secret.secret_check`);
+        secret: the secret check (:func:`~telegram_idem._webhook_secret.secret_check`);
             every accepted secret is compared in constant time.
         max_body: largest body accepted, bytes.
         content_length: the ``Content-Length`` a streaming shell parsed, bytes, or
@@ -236,7 +237,7 @@ def check_webhook_request(
         headers: the request headers, any case (see :func:`header`).
         body: the body's bytes; with ``base64_encoded``, the base64 text a gateway
             delivered (AWS Lambda's ``isBase64Encoded``).
-        secret: the secret check (:func:`~telegram_idem.webhook_secret.secret_check`).
+        secret: the secret check (:func:`~telegram_idem._webhook_secret.secret_check`).
         max_body: largest body accepted, bytes, counted after base64 decoding.
         base64_encoded: ``body`` is base64 (strict alphabet, no line breaks).
 

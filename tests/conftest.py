@@ -51,8 +51,8 @@ from services import (
     service_missing,
 )
 
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
+from telegram_idem._clock import ManualClock
+from telegram_idem.backends._base import Store
 
 STORE_MARKS = {
     "memory": "memory",

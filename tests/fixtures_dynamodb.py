@@ -14,7 +14,7 @@ puts succeeded). DynamoDB itself applies conditional writes of one item atomical
 server here runs one request at a time behind a lock, with the HTTP side still threaded,
 and counts the requests it receives per operation (``MotoServer.requests``).
 
-``dynamodb_url_factory`` (the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`)
+``dynamodb_url_factory`` (the plugin's :class:`~telegram_idem.testing._stores.IsolatedUrls`)
 returns a callable making a new table name per call, ``dynamodb://t<hex>?…&create_table=1``
 on that endpoint; every table made is deleted at teardown.
 """

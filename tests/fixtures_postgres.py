@@ -1,7 +1,7 @@
 """The PostgreSQL store's URL factory, the server found without configuration, and a
 private server.
 
-``postgres_url_factory`` is the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`:
+``postgres_url_factory`` is the plugin's :class:`~telegram_idem.testing._stores.IsolatedUrls`:
 each URL is the server's plus ``table_prefix=t<random hex>``, its tables made by the
 store's ``migrate()`` before the URL is handed out and dropped when the test ends.
 The server is the plugin's (``--idem-postgres-url`` / ``IDEM_POSTGRES_URL`` /
@@ -33,8 +33,8 @@ from services import (
     service_missing,
 )
 
+from telegram_idem.testing._stores import run_in_thread as run_sync
 from telegram_idem.testing.plugin import isolated_urls
-from telegram_idem.testing.stores import run_in_thread as run_sync
 
 __all__ = [
     "PrivatePostgres",

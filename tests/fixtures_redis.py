@@ -8,7 +8,7 @@
   :func:`start_private_cluster`: a 3-master cluster for the session, with the logic of
   ``scripts/services.py``, stopped at the end of the session).
 
-Both are the plugin's :class:`~telegram_idem.testing.stores.IsolatedUrls`. A server
+Both are the plugin's :class:`~telegram_idem.testing._stores.IsolatedUrls`. A server
 that cannot be found is a skip with the reason, or a failure when stores are required.
 """
 

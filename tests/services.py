@@ -1,6 +1,6 @@
 """Where the test suite finds its services, and what happens when one is absent.
 
-One scheme, the plugin's (:mod:`telegram_idem.testing.stores`): a server's URL comes from
+One scheme, the plugin's (:mod:`telegram_idem.testing._stores`): a server's URL comes from
 ``--idem-<store>-url``, ``IDEM_<STORE>_URL`` or the ini option ``idem_<store>_url``, for
 ``postgres``, ``redis``, ``redis-cluster`` and ``dynamodb``. With none set, the
 ``pytest_idem_server_url`` hook of ``tests/conftest.py`` finds one:
@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
-from telegram_idem.backends.base import Store
+from telegram_idem.backends._base import Store
 from telegram_idem.testing.plugin import require_server_url, store_missing
 
 UrlFactory = Callable[[], str]

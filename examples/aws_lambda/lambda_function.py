@@ -33,9 +33,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from telegram_idem import Idem, idempotent
+from telegram_idem import Idem, bot_id_from_token, idempotent
 from telegram_idem.adapters.aws_lambda import LambdaOffload
-from telegram_idem.updates import bot_id_from_token
 
 PROMPT = "Approve the order?"
 APPROVED = "Order approved ✅"

@@ -1,7 +1,7 @@
 """Assembling the blog bot: store, guards, writer, publisher, aiogram, inbox and workers.
 
-Webhook → :class:`~telegram_idem.ingress.webhook.WebhookIngress` (claim + inbox entry in
-one transaction, 200 in milliseconds) → :class:`~telegram_idem.inbox.worker.InboxWorker`
+Webhook → :class:`~telegram_idem.ingress._webhook.WebhookIngress` (claim + inbox entry in
+one transaction, 200 in milliseconds) → :class:`~telegram_idem.inbox._worker.InboxWorker`
 (per-chat order, retries, dead letters) → aiogram ``Dispatcher`` → handlers behind the
 action guard, the chat lock and steps. ``poll`` uses getUpdates batches instead.
 """
@@ -23,14 +23,13 @@ from examples.blog_bot.publisher import Publisher, publisher_from_env
 from examples.blog_bot.writer import OfflineWriter, Writer
 from telegram_idem import CallbackTokens, Idem
 from telegram_idem.adapters.aiogram import (
+    FastAckWebhook,
     IdempotencyMiddleware,
     aiogram_get_updates,
     inbox_dispatch,
 )
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.ingress.polling import PollingIngress
-from telegram_idem.ingress.webhook import WebhookIngress
+from telegram_idem.inbox import InboxWorker
+from telegram_idem.ingress import PollingIngress, WebhookIngress
 
 __all__ = ["BlogBot", "build_blog_bot"]
 

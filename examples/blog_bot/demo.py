@@ -2,7 +2,7 @@
 
 The bot runs on SQLite + a new local git repository + the offline writer, against a local
 Bot API (:class:`~telegram_idem.testing.bot_api.FakeBotAPI`) that records every call, fed
-by a delivery loop (:class:`~telegram_idem.testing.delivery.TelegramDelivery`) that posts
+by a delivery loop (:class:`~telegram_idem.testing._delivery.TelegramDelivery`) that posts
 the real payloads the way Telegram does: re-sent when the answer is slow or non-2xx,
 delivered concurrently, a double tap on each button. It prints what happened and returns
 1 if an invariant breaks.
@@ -38,10 +38,9 @@ from examples.blog_bot.demo_scenario import (
     published_messages,
 )
 from examples.blog_bot.writer import OfflineWriter
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
+from telegram_idem.adapters.aiogram import FastAckWebhook
+from telegram_idem.testing import TelegramDelivery, load_fixture, make_double_tap, serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture, make_double_tap
-from telegram_idem.testing.loopback import serve_app
 
 __all__ = ["run_demo"]
 

@@ -14,8 +14,9 @@ from typing import Any
 import aiohttp
 
 from examples.blog_bot.writer import OfflineWriter
+from telegram_idem.testing import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI, SentMessage
-from telegram_idem.testing.delivery import SECRET_HEADER, load_fixture
+from telegram_idem.webhook_request import SECRET_HEADER
 
 __all__ = [
     "WRONG_SECRET",

@@ -40,8 +40,8 @@ from aiohttp import web
 
 from telegram_idem import Idem, idempotent
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware, inbox_dispatch
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.ingress.webhook import WebhookIngress
+from telegram_idem.inbox import InboxWorker
+from telegram_idem.ingress import WebhookIngress
 
 PROMPT = "Approve the order?"
 APPROVED = "Order approved ✅"

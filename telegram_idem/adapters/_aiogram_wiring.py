@@ -31,7 +31,7 @@ from aiogram.types import Update
 from aiogram.webhook.aiohttp_server import BaseRequestHandler
 from aiohttp import web
 
-from telegram_idem.decorator import wrapper_of
+from telegram_idem._decorator import wrapper_of
 from telegram_idem.errors import ConfigurationError
 
 __all__ = ["answering_first_routes", "check_event", "check_handlers", "check_observers"]

@@ -14,7 +14,7 @@ before the guard decides is logged as a WARNING. Registered with
 ``dp.update.outer_middleware(...)`` directly, the same checks run at the first update.
 
 The middleware admits each update with :meth:`telegram_idem.Idem.admit` and translates
-the outcome (:mod:`telegram_idem.admission`): ``RUN`` runs the handlers (the update bound,
+the outcome (:mod:`telegram_idem._admission`): ``RUN`` runs the handlers (the update bound,
 its claim completed after them, released if they raise); ``DUPLICATE`` (same
 ``(bot.id, update_id)``, completed before) never reaches a handler: the middleware
 returns ``UNHANDLED`` and, on a webhook, aiogram answers 200 so Telegram stops
@@ -33,14 +33,14 @@ aiogram untouched.
 
 An update that an outer shape already admitted and runs (``FastAckWebhook``, the Lambda
 worker, the inbox worker through :func:`inbox_dispatch`: the update is bound, admitted,
-by :meth:`telegram_idem.admitted.Admitted.run`) is not admitted again: the middleware
+by :meth:`telegram_idem._admitted.Admitted.run`) is not admitted again: the middleware
 passes it to the handlers.
 
 Works with ``feed_update``, ``feed_raw_update``, ``feed_webhook_update``, polling and
 aiogram's ``SimpleRequestHandler(handle_in_background=False)``. aiogram's default
 ``handle_in_background=True`` answers 200 before this middleware runs, so a store outage
 or an update in progress elsewhere is lost: the middleware logs a WARNING the first time
-it runs there; use :class:`~telegram_idem.adapters.aiogram_webhook.IdempotentRequestHandler`.
+it runs there; use :class:`~telegram_idem.adapters._aiogram_webhook.IdempotentRequestHandler`.
 """
 
 from __future__ import annotations
@@ -58,21 +58,24 @@ from aiogram.webhook.aiohttp_server import BaseRequestHandler
 from aiohttp import web
 from pydantic import ValidationError
 
+from telegram_idem._admission import DEFAULT_OUTAGE_WAIT, Admission, StorePolicy, StorePolicyLike
+from telegram_idem._admitted import Admitted
+from telegram_idem._callbacks import CallbackTokens
+from telegram_idem._context import bound_update
+from telegram_idem._guard import Idem
+from telegram_idem.adapters._aiogram_webhook import FastAckWebhook, IdempotentRequestHandler
 from telegram_idem.adapters._aiogram_wiring import (
     answering_first_routes,
     check_event,
     check_handlers,
     check_observers,
 )
-from telegram_idem.admission import DEFAULT_OUTAGE_WAIT, Admission, StorePolicy, StorePolicyLike
-from telegram_idem.admitted import Admitted
-from telegram_idem.callbacks import CallbackTokens
-from telegram_idem.context import bound_update
 from telegram_idem.errors import MalformedUpdateError
-from telegram_idem.guard import Idem
 
 __all__ = [
+    "FastAckWebhook",
     "IdempotencyMiddleware",
+    "IdempotentRequestHandler",
     "LazyUpdate",
     "StorePolicy",
     "aiogram_get_updates",
@@ -121,7 +124,7 @@ _ANSWERS_FIRST = (
     "IdempotencyMiddleware runs behind aiogram's SimpleRequestHandler with "
     "handle_in_background=True%s, which answers 200 before the update guard decides: an "
     "update refused for a store outage, or in progress elsewhere, is lost. Use "
-    "telegram_idem.adapters.aiogram_webhook.IdempotentRequestHandler (or FastAckWebhook) "
+    "telegram_idem.adapters._aiogram_webhook.IdempotentRequestHandler (or FastAckWebhook) "
     "instead"
 )
 
@@ -134,7 +137,7 @@ class IdempotencyMiddleware(BaseMiddleware):
     Args:
         idem: the guard.
         tokens: callback tokens to inject as ``idem_tokens``.
-        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+        on_store_error: a :class:`~telegram_idem._admission.StorePolicy` (or its string
             value): ``"fail_closed"`` (default) raises
             :class:`~telegram_idem.errors.StoreError`, so the update is not processed
             unguarded (a webhook answering from the result gets a 5xx and Telegram
@@ -152,7 +155,7 @@ class IdempotencyMiddleware(BaseMiddleware):
         outage_wait: with ``"fail_closed"``, seconds to keep trying the claim through a
             store outage (with backoff, 0.5 s doubling to 10 s) before raising
             :class:`~telegram_idem.errors.StoreError`. ``None`` (default):
-            :data:`~telegram_idem.admission.DEFAULT_OUTAGE_WAIT` (300 s) where nothing can make Telegram re-send the update
+            :data:`~telegram_idem._admission.DEFAULT_OUTAGE_WAIT` (300 s) where nothing can make Telegram re-send the update
             (the same shapes as ``in_progress_wait``: the update's task is then its only
             copy), ``0`` elsewhere (the StoreError makes the answer non-2xx). One WARNING
             when the wait starts and one when the store answers again.
@@ -300,7 +303,7 @@ def idem_of(dispatcher: Dispatcher) -> Idem | None:
 def inbox_dispatch(
     dispatcher: Dispatcher, bot: Bot, *, idem: Idem | None = None
 ) -> Callable[[dict[str, Any]], Awaitable[Any]]:
-    """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for aiogram: feeds
+    """The :class:`~telegram_idem.inbox._worker.InboxWorker` dispatch for aiogram: feeds
     each update the inbox admitted, bound as admitted (:meth:`telegram_idem.Idem.adopt`),
     so the middleware runs it without claiming it again and ``@idempotent`` works.
     Handler exceptions propagate, so the worker retries.
@@ -350,7 +353,7 @@ def aiogram_get_updates(
     bot: Bot,
 ) -> Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]:
     """``getUpdates`` through an aiogram ``Bot``, as Bot API dicts (for
-    :class:`~telegram_idem.ingress.polling.PollingIngress`).
+    :class:`~telegram_idem.ingress._polling.PollingIngress`).
 
     The batch is fetched with the bot's session (its timeouts and errors, e.g.
     ``TelegramRetryAfter`` for a 429) but not parsed by aiogram: an update aiogram cannot

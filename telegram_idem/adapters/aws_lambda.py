@@ -38,7 +38,7 @@ An update the framework cannot parse is JSON with an integer ``update_id``: it i
 answered 200 and queued; ``process`` raises in the worker, Lambda retries the async event
 and then sends it to the function's on-failure destination (or DLQ), where an operator
 sees it. The secret rule (required unless ``allow_unauthenticated=True``; several secrets
-while rotating) is :mod:`telegram_idem.webhook_secret`'s; the table for every ingress
+while rotating) is :mod:`telegram_idem._webhook_secret`'s; the table for every ingress
 shape is ``docs/answers.md``.
 
 **A worker event**, the payload of the self-invocation (the incident's (docs/design/incident.md) shape, plus the
@@ -99,15 +99,16 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from telegram_idem.admission import Admission, StorePolicy, StorePolicyLike
-from telegram_idem.admitted import Admitted
+from telegram_idem._admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem._admitted import Admitted
+from telegram_idem._guard import Idem
+from telegram_idem._updates import validate_update
+from telegram_idem._webhook_secret import SecretTokens, secret_check
 from telegram_idem.errors import (
     ConfigurationError,
     MalformedUpdateError,
     UpdateInProgressError,
 )
-from telegram_idem.guard import Idem
-from telegram_idem.updates import validate_update
 from telegram_idem.webhook_request import (
     DEFAULT_MAX_BODY,
     SECRET_HEADER,
@@ -115,7 +116,6 @@ from telegram_idem.webhook_request import (
     WebhookRequest,
     check_webhook_request,
 )
-from telegram_idem.webhook_secret import SecretTokens, secret_check
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -137,7 +137,7 @@ INLINE_FALLBACK_ERRORS = frozenset({"AccessDeniedException", "RequestEntityTooLa
 
 Process = Callable[[dict[str, Any]], Awaitable[object]]
 """Processes one update (a Bot API dict): feed your dispatcher. The update is bound as
-admitted (:meth:`telegram_idem.admitted.Admitted.run`), so aiogram's
+admitted (:meth:`telegram_idem._admitted.Admitted.run`), so aiogram's
 ``IdempotencyMiddleware`` passes it through without claiming it again
 (``await dp.feed_raw_update(bot, update)``); PTB: ``await
 app.process_update(Update.de_json(update, app.bot))``."""
@@ -179,11 +179,11 @@ class LambdaOffload:
         lambda_client: a boto3 Lambda client (default ``boto3.client("lambda")``, made on
             first use). Calls run in a thread (``asyncio.to_thread``).
         secret_token: ``setWebhook``'s ``secret_token`` to require, or a sequence of
-            secrets all accepted while rotating (:mod:`telegram_idem.webhook_secret`).
+            secrets all accepted while rotating (:mod:`telegram_idem._webhook_secret`).
         allow_unauthenticated: with ``secret_token=None``, accept requests without a
             secret (a WARNING is logged at construction).
         max_body: largest body accepted, bytes (after base64 decoding).
-        on_store_error: a :class:`~telegram_idem.admission.StorePolicy` (or its string
+        on_store_error: a :class:`~telegram_idem._admission.StorePolicy` (or its string
             value): ``"fail_closed"`` answers 503 on a store outage (Telegram re-sends
             later); ``"fail_open"`` processes the update unguarded.
         offload_when: ``(update) -> bool``; ``False`` processes that update inline in the

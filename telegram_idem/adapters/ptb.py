@@ -16,8 +16,8 @@ claims before it answers, ``@idempotent`` for PTB callbacks, and the inbox hooks
 A completed update (same ``(bot_id, update_id)``) never reaches a handler again; a handler
 that raises releases the claim, so a re-delivery runs the update again; an update in
 progress elsewhere is waited for about one lease and taken over if its holder died
-(:mod:`telegram_idem.admission`); updates of one chat run one at a time, in order, by the
-ordering rule every ingress shape shares (:mod:`telegram_idem.ordering`: callback queries
+(:mod:`telegram_idem._admission`); updates of one chat run one at a time, in order, by the
+ordering rule every ingress shape shares (:mod:`telegram_idem._ordering`: callback queries
 in a lane of their own, so a tap is answered while a long job of its chat runs).
 
 PTB's own polling (``run_polling``) confirms a batch with its next ``getUpdates`` at
@@ -40,9 +40,9 @@ Templates are rooted at the Bot API JSON of the update (``from``, not ``from_use
 same templates as with aiogram.
 
 **The inbox**: :func:`ptb_get_updates` feeds
-:class:`~telegram_idem.ingress.polling.PollingIngress`, :func:`inbox_dispatch` runs the
+:class:`~telegram_idem.ingress._polling.PollingIngress`, :func:`inbox_dispatch` runs the
 admitted updates through the application for an
-:class:`~telegram_idem.inbox.worker.InboxWorker`.
+:class:`~telegram_idem.inbox._worker.InboxWorker`.
 
 The group ``-1`` handler of earlier versions (``install_update_guard``) is gone: PTB runs
 nothing after the last handler group, so it had to record an update as done before its
@@ -66,7 +66,14 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 from telegram import Bot, Update
 from telegram.warnings import PTBUserWarning
 
-from telegram_idem.adapters.ptb_common import (
+from telegram_idem._admission import StorePolicy
+from telegram_idem._context import UpdateContext, bind_update, current_update
+from telegram_idem._decorator import FingerprintSource
+from telegram_idem._decorator import idempotent as _idempotent
+from telegram_idem._guard import ErrorPolicy, Idem, InProgressPolicy
+from telegram_idem._keys import KeySource
+from telegram_idem._updates import bot_id_from_token
+from telegram_idem.adapters._ptb_common import (
     IDEM_KEY,
     RUN,
     AnyApplication,
@@ -76,20 +83,13 @@ from telegram_idem.adapters.ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.adapters.ptb_processor import (
+from telegram_idem.adapters._ptb_processor import (
     DEFAULT_HANDLER_TIMEOUT,
     TAKEOVER_MARGIN,
     IdempotentUpdateProcessor,
 )
-from telegram_idem.adapters.ptb_webhook import ptb_webhook, ptb_webhook_app
-from telegram_idem.admission import StorePolicy
-from telegram_idem.context import UpdateContext, bind_update, current_update
-from telegram_idem.decorator import FingerprintSource
-from telegram_idem.decorator import idempotent as _idempotent
+from telegram_idem.adapters._ptb_webhook import ptb_webhook, ptb_webhook_app
 from telegram_idem.errors import ConfigurationError, PermanentUpdateError
-from telegram_idem.guard import ErrorPolicy, Idem, InProgressPolicy
-from telegram_idem.keys import KeySource
-from telegram_idem.updates import bot_id_from_token
 
 __all__ = [
     "DEFAULT_HANDLER_TIMEOUT",
@@ -221,7 +221,7 @@ def idempotent(
 def inbox_dispatch(
     application: AnyApplication, idem: Idem, *, bot_id: int | None = None
 ) -> Callable[[dict[str, Any]], Awaitable[None]]:
-    """The :class:`~telegram_idem.inbox.worker.InboxWorker` dispatch for PTB.
+    """The :class:`~telegram_idem.inbox._worker.InboxWorker` dispatch for PTB.
 
     Feeds each admitted update to ``application.process_update`` with the update bound
     as admitted (:meth:`telegram_idem.Idem.adopt`, so ``@idempotent`` works) and raises when a handler raised — PTB hands handler
@@ -280,7 +280,7 @@ def ptb_get_updates(
     bot: Bot,
 ) -> Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]:
     """``getUpdates`` through a PTB ``Bot``, as the Bot API JSON Telegram sent, for
-    :class:`~telegram_idem.ingress.polling.PollingIngress`.
+    :class:`~telegram_idem.ingress._polling.PollingIngress`.
 
     The updates are fetched raw (``Bot.do_api_request("getUpdates", return_type=None)``),
     not parsed by PTB: ``Bot.get_updates`` parses the whole batch, so one update PTB cannot

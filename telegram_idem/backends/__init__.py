@@ -9,28 +9,60 @@
 | ``redis+cluster://host:7000``                   | ``RedisStore`` (cluster)  | redis      |
 | ``dynamodb://table?region=…&endpoint_url=…``    | ``DynamoDBStore``         | dynamodb   |
 
-(The table the code reads is :data:`telegram_idem.backends.registry.BUILTIN_STORES`.)
+(The table the code reads is :data:`telegram_idem.backends._registry.BUILTIN_STORES`.)
 Each store module is imported only when its scheme is used, so the core installs with
 none of the drivers. A custom :class:`Store` subclass that declares schemes serves them
 too, and so does a store a distribution declares as an entry point
-(:mod:`telegram_idem.backends.registry`). What a store can do beyond the record
-primitives (an inbox, ``migrate``, ``purge``) is in :mod:`telegram_idem.backends.abilities`.
+(:mod:`telegram_idem.backends._registry`). What a store can do beyond the record
+primitives (an inbox, ``migrate``, ``purge``) is in :mod:`telegram_idem.backends._abilities`.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from telegram_idem.backends.base import Store
-from telegram_idem.backends.registry import BUILTIN_SCHEMES, known_schemes, store_class
-from telegram_idem.backends.url import redact
-from telegram_idem.clock import Clock
+from telegram_idem._clock import Clock
+from telegram_idem.backends._abilities import (
+    HasInbox,
+    Migratable,
+    Purgeable,
+    as_migratable,
+    as_purgeable,
+    has_inbox,
+    inbox_of,
+)
+from telegram_idem.backends._base import Store
+from telegram_idem.backends._driver import DriverErrors, describe_error
+from telegram_idem.backends._registry import (
+    BUILTIN_SCHEMES,
+    ENTRY_POINT_GROUP,
+    known_schemes,
+    store_class,
+)
+from telegram_idem.backends._url import StoreURL, redact
 
-__all__ = ["SCHEMES", "Store", "known_schemes", "store_from_url"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SCHEMES",
+    "DriverErrors",
+    "HasInbox",
+    "Migratable",
+    "Purgeable",
+    "Store",
+    "StoreURL",
+    "as_migratable",
+    "as_purgeable",
+    "describe_error",
+    "has_inbox",
+    "inbox_of",
+    "known_schemes",
+    "redact",
+    "store_from_url",
+]
 
 SCHEMES = BUILTIN_SCHEMES
 """Built-in URL scheme → (module, class, pip extra or ``""``), derived from
-:data:`telegram_idem.backends.registry.BUILTIN_STORES`."""
+:data:`telegram_idem.backends._registry.BUILTIN_STORES`."""
 
 
 def store_from_url(url: str, *, clock: Clock | None = None) -> Store:

@@ -1,6 +1,6 @@
 """Driver errors → library errors: the one translation every store and connection uses.
 
-A store (:meth:`telegram_idem.backends.base.Store._call`) or a store's connection object
+A store (:meth:`telegram_idem.backends._base.Store._call`) or a store's connection object
 runs each round trip through :func:`call` with a *translate* function, usually
 :meth:`DriverErrors.translate` of its driver's :class:`DriverErrors`:
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from telegram_idem import machine
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import Clock
-from telegram_idem.records import Claim, Record
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim, Record
+from telegram_idem.backends._base import Store
 
 __all__ = ["LocalStore", "RecordAccess"]
 

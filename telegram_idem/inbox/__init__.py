@@ -1,11 +1,23 @@
 """The durable inbox: fast-ack ingress writes updates here; workers process them in order.
 
-- :class:`~telegram_idem.inbox.base.Inbox` — the contract (admit, take, ack, retry, bury,
+- :class:`~telegram_idem.inbox._base.Inbox` — the contract (admit, take, ack, retry, bury,
   dead letters, re-drive), implemented next to each store that supports it.
-- :class:`~telegram_idem.inbox.worker.InboxWorker` — leases entries, runs the bot's
+- :class:`~telegram_idem.inbox._worker.InboxWorker` — leases entries, runs the bot's
   dispatch, retries with backoff, dead-letters after N attempts, per-chat order.
 """
 
-from telegram_idem.inbox.base import Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._entries import new_entry, rejected_entry
+from telegram_idem.inbox._worker import DEFAULT_PERMANENT_ERRORS, Dispatch, InboxWorker
 
-__all__ = ["Inbox", "InboxEntry", "NewEntry"]
+__all__ = [
+    "DEFAULT_PERMANENT_ERRORS",
+    "Dispatch",
+    "EntryStatus",
+    "Inbox",
+    "InboxEntry",
+    "InboxWorker",
+    "NewEntry",
+    "new_entry",
+    "rejected_entry",
+]

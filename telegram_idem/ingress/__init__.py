@@ -1,11 +1,11 @@
 """Ingress: getting updates into the durable inbox, acknowledged in milliseconds.
 
-- :class:`~telegram_idem.ingress.webhook.WebhookIngress` — framework-free aiohttp webhook.
-- :func:`~telegram_idem.ingress.serving.register` — serve a webhook on an aiohttp
+- :class:`~telegram_idem.ingress._webhook.WebhookIngress` — framework-free aiohttp webhook.
+- :func:`~telegram_idem.ingress._serving.register` — serve a webhook on an aiohttp
   application and run its inbox worker for the application's life.
-- :class:`~telegram_idem.ingress.polling.PollingIngress` — getUpdates with batch admission.
+- :class:`~telegram_idem.ingress._polling.PollingIngress` — getUpdates with batch admission.
 
-The aiohttp names are imported on first use, so ``telegram_idem.ingress.polling`` works
+The aiohttp names are imported on first use, so ``telegram_idem.ingress._polling`` works
 without aiohttp installed.
 """
 
@@ -15,16 +15,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from telegram_idem.ingress.polling import PollingIngress
-    from telegram_idem.ingress.serving import register
-    from telegram_idem.ingress.webhook import WebhookIngress
+    from telegram_idem.ingress._polling import PollingIngress
+    from telegram_idem.ingress._reading import read_update
+    from telegram_idem.ingress._serving import Handler, Handles, register
+    from telegram_idem.ingress._webhook import WebhookIngress
 
-__all__ = ["PollingIngress", "WebhookIngress", "register"]
+__all__ = ["Handler", "Handles", "PollingIngress", "WebhookIngress", "read_update", "register"]
 
 _HOMES = {
-    "PollingIngress": "telegram_idem.ingress.polling",
-    "WebhookIngress": "telegram_idem.ingress.webhook",
-    "register": "telegram_idem.ingress.serving",
+    "read_update": "telegram_idem.ingress._reading",
+    "Handler": "telegram_idem.ingress._serving",
+    "Handles": "telegram_idem.ingress._serving",
+    "PollingIngress": "telegram_idem.ingress._polling",
+    "WebhookIngress": "telegram_idem.ingress._webhook",
+    "register": "telegram_idem.ingress._serving",
 }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
-from telegram_idem.testing.assertions import (
+from telegram_idem.testing._assertions import (
     assert_every_callback_answered,
     assert_no_update_lost,
     assert_ran,
@@ -32,8 +32,8 @@ from telegram_idem.testing.assertions import (
     assert_step_ran,
     assert_step_ran_once,
 )
-from telegram_idem.testing.decisions import BackgroundFailure, Decision, DecisionRecorder
-from telegram_idem.testing.factories import (
+from telegram_idem.testing._decisions import BackgroundFailure, Decision, DecisionRecorder
+from telegram_idem.testing._factories import (
     DEFAULT_BOT,
     DEFAULT_BOT_ID,
     DEFAULT_TOKEN,
@@ -42,15 +42,15 @@ from telegram_idem.testing.factories import (
     UpdateFactory,
     chat_member_status,
 )
-from telegram_idem.testing.payloads import (
+from telegram_idem.testing._payloads import (
     FIXTURES,
     fixture_names,
     load_fixture,
     load_update,
     make_double_tap,
 )
-from telegram_idem.testing.replay import Delivery, Replayer, ReplayResult
-from telegram_idem.testing.targets import (
+from telegram_idem.testing._replay import Delivery, Replayer, ReplayResult
+from telegram_idem.testing._targets import (
     DROPPED,
     AiogramTarget,
     CallableTarget,
@@ -62,22 +62,25 @@ from telegram_idem.testing.targets import (
 )
 
 if _typing.TYPE_CHECKING:
-    from telegram_idem.testing.bot_api import Call, FakeBotAPI, SentMessage
-    from telegram_idem.testing.delivery import (
+    from telegram_idem.testing._delivery import (
         SECRET_HEADER,
         Attempt,
         DeliveryReport,
         TelegramDelivery,
     )
+    from telegram_idem.testing._loopback import LoopbackServer, serve_app
+    from telegram_idem.testing.bot_api import Call, FakeBotAPI, SentMessage
 
 _LAZY = {
-    "Attempt": "telegram_idem.testing.delivery",
+    "LoopbackServer": "telegram_idem.testing._loopback",
+    "serve_app": "telegram_idem.testing._loopback",
+    "Attempt": "telegram_idem.testing._delivery",
     "Call": "telegram_idem.testing.bot_api",
-    "DeliveryReport": "telegram_idem.testing.delivery",
+    "DeliveryReport": "telegram_idem.testing._delivery",
     "FakeBotAPI": "telegram_idem.testing.bot_api",
-    "SECRET_HEADER": "telegram_idem.testing.delivery",
+    "SECRET_HEADER": "telegram_idem.testing._delivery",
     "SentMessage": "telegram_idem.testing.bot_api",
-    "TelegramDelivery": "telegram_idem.testing.delivery",
+    "TelegramDelivery": "telegram_idem.testing._delivery",
 }
 """Names from modules that need aiohttp: imported on first access."""
 
@@ -100,6 +103,7 @@ __all__ = [
     "Delivery",
     "DeliveryReport",
     "FakeBotAPI",
+    "LoopbackServer",
     "PTBTarget",
     "ReplayResult",
     "ReplayTarget",
@@ -121,6 +125,7 @@ __all__ = [
     "load_fixture",
     "load_update",
     "make_double_tap",
+    "serve_app",
 ]
 
 

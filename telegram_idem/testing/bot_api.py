@@ -50,7 +50,7 @@ from typing import Any
 
 from aiohttp import web
 
-from telegram_idem.testing.loopback import LoopbackServer
+from telegram_idem.testing._loopback import LoopbackServer
 
 __all__ = ["Call", "FakeBotAPI", "SentMessage", "UploadedFile", "WebhookState", "main"]
 

@@ -8,7 +8,7 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 | ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
 | ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, redis-cluster, dynamodb by option) |
 | ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL (a server store's URL is shared: tests keep apart by key prefix) |
-| ``idem_store_url_factory`` | ``idem_store_url_factory()`` → a new URL of the store under test with storage of its own (file, table prefix, key prefix or table), removed after the test (:class:`~telegram_idem.testing.stores.IsolatedUrls`) |
+| ``idem_store_url_factory`` | ``idem_store_url_factory()`` → a new URL of the store under test with storage of its own (file, table prefix, key prefix or table), removed after the test (:class:`~telegram_idem.testing._stores.IsolatedUrls`) |
 | ``idem_store_factory`` | ``await idem_store_factory(url=None)`` → another store object (its own connection) on ``url`` (default ``idem_store_url``) with ``idem_clock``, closed after the test |
 | ``idem_key_prefix`` / ``idem_keys`` | this test's unique key prefix and a ``KeyBuilder`` with it |
 | ``idem`` | an :class:`~telegram_idem.Idem` on ``idem_store`` with ``idem_keys`` and ``idem_clock``; its ``sleep`` (polls of the ``wait`` policy) advances the clock and yields ≤ 10 ms of real time |
@@ -18,7 +18,7 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 | ``replay`` | ``replay(target, **options)`` → a :class:`~telegram_idem.testing.Replayer`, closed after the test |
 
 Options (CLI flag / ini option; server URLs also by environment variable, see
-:mod:`telegram_idem.testing.stores`):
+:mod:`telegram_idem.testing._stores`):
 
 - ``--idem-stores=memory,sqlite,postgres`` / ``IDEM_STORES`` / ``idem_stores`` (first
   found wins): the stores ``idem_store`` runs on. Default ``memory,sqlite``, the two that
@@ -56,16 +56,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from telegram_idem.backends import store_from_url
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
+from telegram_idem._clock import ManualClock
+from telegram_idem._guard import Idem
+from telegram_idem._keys import KeyBuilder
+from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import ConfigurationError, StoreError
-from telegram_idem.guard import Idem
-from telegram_idem.keys import KeyBuilder
 from telegram_idem.testing import hooks
-from telegram_idem.testing.factories import UpdateFactory
-from telegram_idem.testing.replay import Replayer
-from telegram_idem.testing.stores import (
+from telegram_idem.testing._factories import UpdateFactory
+from telegram_idem.testing._replay import Replayer
+from telegram_idem.testing._stores import (
     ALL_STORES,
     SERVER_STORES,
     ContainerPool,
@@ -75,9 +74,20 @@ from telegram_idem.testing.stores import (
     purge_prefix,
 )
 
+__all__ = [
+    "IsolatedUrls",
+    "configured_url",
+    "isolated_urls",
+    "require_server_url",
+    "selected_stores",
+    "server_url",
+    "store_missing",
+    "stores_required",
+]
+
 if TYPE_CHECKING:
+    from telegram_idem.testing._delivery import TelegramDelivery
     from telegram_idem.testing.bot_api import FakeBotAPI
-    from telegram_idem.testing.delivery import TelegramDelivery
 
 if TYPE_CHECKING:
     from pytest_asyncio import fixture as _async_fixture
@@ -487,7 +497,7 @@ async def telegram_delivery() -> AsyncIterator[Callable[..., TelegramDelivery]]:
     """``telegram_delivery(url, **options)``: a :class:`TelegramDelivery` (options as its
     constructor), closed after the test. Needs aiohttp, as ``fake_bot_api``."""
     _require_aiohttp("telegram_delivery")
-    from telegram_idem.testing.delivery import TelegramDelivery
+    from telegram_idem.testing._delivery import TelegramDelivery
 
     made: list[TelegramDelivery] = []
 

@@ -37,9 +37,9 @@ from telegram_idem import (
 )
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware, update_to_dict
 from telegram_idem.backends.sqlite import SQLiteStore
+from telegram_idem.testing._delivery import TelegramDelivery, load_fixture, make_double_tap
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture, make_double_tap
-from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001

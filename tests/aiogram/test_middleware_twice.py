@@ -8,7 +8,7 @@ from aiogram.types import Message
 
 from telegram_idem import Idem
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 
 async def test_a_second_registration_passes_the_update_through() -> None:

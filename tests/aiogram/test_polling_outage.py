@@ -16,7 +16,7 @@ from aiogram.types import Message, Update
 
 from telegram_idem import Idem, StoreError
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 

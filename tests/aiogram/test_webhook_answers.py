@@ -26,11 +26,11 @@ from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
 
 from telegram_idem import ConfigurationError, Idem, ManualClock, Status, Store
+from telegram_idem.adapters._aiogram_webhook import FastAckWebhook, IdempotentRequestHandler
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook, IdempotentRequestHandler
+from telegram_idem.testing._delivery import load_fixture
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
-from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001

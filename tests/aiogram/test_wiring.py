@@ -11,7 +11,7 @@ from aiogram.types import CallbackQuery, Message
 
 from telegram_idem import ConfigurationError, Idem, idempotent
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from botocore.stub import Stubber
 from telegram_idem import Idem, ManualClock, Outcome, Status, current_update
 from telegram_idem.adapters.aws_lambda import LambdaOffload
 from telegram_idem.errors import ConfigurationError, InProgressError, UpdateInProgressError
-from telegram_idem.testing.delivery import load_fixture, make_double_tap
+from telegram_idem.testing._delivery import load_fixture, make_double_tap
 
 BOT = 7000000001
 SECRET = "webhook-secret_0123"

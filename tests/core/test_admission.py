@@ -27,8 +27,8 @@ from telegram_idem import (
     UpdateInProgressError,
     current_update,
 )
-from telegram_idem.admission import admission_for, refused_admission
-from telegram_idem.records import Record
+from telegram_idem._admission import admission_for, refused_admission
+from telegram_idem._records import Record
 
 BOT = 7000000001
 UPDATE = {"update_id": 501, "message": {"message_id": 1, "chat": {"id": 42, "type": "private"}}}

@@ -18,10 +18,10 @@ from telegram_idem import (
     Store,
     UnknownCallbackTokenError,
 )
+from telegram_idem._callbacks import MAX_CALLBACK_DATA_BYTES, MAX_TOKEN_TTL
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.sqlite import SQLiteStore
-from telegram_idem.callbacks import MAX_CALLBACK_DATA_BYTES, MAX_TOKEN_TTL
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 BOT = 7000000001
 SECRET = "s3cret-for-tests-only-0123456789"

@@ -18,7 +18,7 @@ from telegram_idem import (
     subscribe,
 )
 from telegram_idem.events import emit, listening
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 BOT = 7000000001
 

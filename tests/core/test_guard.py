@@ -28,7 +28,7 @@ from telegram_idem import (
     fingerprint,
     idempotent,
 )
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 BOT = 7000000001
 KEY = "idem:7000000001:a:approve:4130"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from telegram_idem.heartbeat import heartbeat
+from telegram_idem._heartbeat import heartbeat
 
 
 async def test_the_ticker_task_ends_when_the_last_holder_leaves() -> None:

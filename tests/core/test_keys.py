@@ -19,8 +19,8 @@ from telegram_idem import (
     idempotent,
     render_template,
 )
-from telegram_idem.keys import KEY_PREFIX_BYTES, MAX_KEY_BYTES, bounded_key, render_key
-from telegram_idem.testing.delivery import fixture_names, load_fixture
+from telegram_idem._keys import KEY_PREFIX_BYTES, MAX_KEY_BYTES, bounded_key, render_key
+from telegram_idem.testing._delivery import fixture_names, load_fixture
 
 BOT = 7000000001
 SHORTHANDS = ("chat_id", "user_id", "message_id", "thread_id", "callback_data")

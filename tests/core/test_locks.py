@@ -19,8 +19,8 @@ from telegram_idem import (
     bind_update,
     store_from_url,
 )
-from telegram_idem.locks import acquire_lock
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem._locks import acquire_lock
+from telegram_idem.testing._delivery import load_fixture
 
 KEY = "idem:7:l:post:chat:1"
 

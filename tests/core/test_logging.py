@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from telegram_idem import ConflictError, Idem, LockHeldError, ManualClock, Store, bind_update
-from telegram_idem.testing.delivery import load_fixture
+from telegram_idem.testing._delivery import load_fixture
 
 BOT = 7000000001
 FIELDS = (

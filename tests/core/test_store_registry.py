@@ -16,9 +16,9 @@ import pytest
 
 from telegram_idem import ConfigurationError, store_from_url
 from telegram_idem.backends import SCHEMES, known_schemes
-from telegram_idem.backends.base import Store
+from telegram_idem.backends._base import Store
+from telegram_idem.backends._registry import BUILTIN_STORES, ENTRY_POINT_GROUP
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.registry import BUILTIN_STORES, ENTRY_POINT_GROUP
 
 STORE_MODULE = '''
 from telegram_idem.backends.memory import MemoryStore

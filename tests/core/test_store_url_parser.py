@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from telegram_idem.backends.url import StoreURL, redact
+from telegram_idem.backends._url import StoreURL, redact
 from telegram_idem.errors import ConfigurationError
 
 SECRET = "pa55w0rd"

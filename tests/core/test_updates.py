@@ -16,10 +16,8 @@ from telegram_idem import (
     ManualClock,
     Store,
 )
-from telegram_idem.keys import render_template
-from telegram_idem.testing.delivery import fixture_names, load_fixture
-from telegram_idem.testing.factories import UpdateFactory
-from telegram_idem.updates import (
+from telegram_idem._keys import render_template
+from telegram_idem._updates import (
     KNOWN_UPDATE_TYPES,
     bot_id_from_token,
     business_connection_id,
@@ -32,6 +30,8 @@ from telegram_idem.updates import (
     user_id,
     validate_update,
 )
+from telegram_idem.testing._delivery import fixture_names, load_fixture
+from telegram_idem.testing._factories import UpdateFactory
 
 BOT = 7000000001
 

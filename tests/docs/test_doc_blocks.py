@@ -174,7 +174,7 @@ async def _close_what_a_page_opened(namespace: dict[str, Any]) -> None:
     from aiogram import Bot
 
     from telegram_idem import Idem
-    from telegram_idem.backends.base import Store
+    from telegram_idem.backends._base import Store
 
     for value in list(namespace.values()):
         if isinstance(value, Bot):

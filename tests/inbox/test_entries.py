@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from telegram_idem import ConfigurationError, Idem, KeyTemplateError
-from telegram_idem.inbox.entries import (
+from telegram_idem.inbox._entries import (
     Ordering,
     decode_payload,
     new_entry,
     rejected_entry,
 )
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.ingress.polling import PollingIngress
-from telegram_idem.testing.factories import UpdateFactory
+from telegram_idem.inbox._worker import InboxWorker
+from telegram_idem.ingress._polling import PollingIngress
+from telegram_idem.testing._factories import UpdateFactory
 
 BOT = 7
 SURROGATE = '{"update_id":1,"message":{"message_id":1,"date":1,"chat":{"id":42,"type":"private"},"text":"\\ud800"}}'

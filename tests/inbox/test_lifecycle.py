@@ -16,13 +16,13 @@ from aiogram.types import Message
 from aiohttp import web
 
 from telegram_idem import Idem
+from telegram_idem.adapters._aiogram_webhook import FastAckWebhook
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
-from telegram_idem.inbox.base import Inbox, NewEntry
-from telegram_idem.inbox.worker import InboxWorker
+from telegram_idem.inbox._base import Inbox, NewEntry
+from telegram_idem.inbox._worker import InboxWorker
 from telegram_idem.ingress import WebhookIngress, register
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
-from telegram_idem.testing.loopback import serve_app
+from telegram_idem.testing._delivery import TelegramDelivery, load_fixture
+from telegram_idem.testing._loopback import serve_app
 
 RETENTION = 3600.0
 SECRET = "lifecycle-secret"

@@ -31,12 +31,12 @@ from telegram_idem.adapters.aiogram import (
     aiogram_get_updates,
     inbox_dispatch,
 )
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.ingress.polling import PollingIngress
-from telegram_idem.ingress.webhook import WebhookIngress
+from telegram_idem.inbox._worker import InboxWorker
+from telegram_idem.ingress._polling import PollingIngress
+from telegram_idem.ingress._webhook import WebhookIngress
+from telegram_idem.testing._delivery import load_fixture
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
-from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAmixedshapes"
 BOT = 7000000001

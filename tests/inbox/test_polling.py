@@ -16,9 +16,9 @@ from aiogram.client.telegram import TelegramAPIServer
 
 from telegram_idem import Idem
 from telegram_idem.adapters.aiogram import aiogram_get_updates
-from telegram_idem.ingress.polling import PollingIngress
+from telegram_idem.ingress._polling import PollingIngress
+from telegram_idem.testing._factories import UpdateFactory
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.factories import UpdateFactory
 
 TOKEN = "7000000001:AApolling"
 BOT = 7000000001

@@ -22,10 +22,10 @@ from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
 from telegram_idem import Idem
 from telegram_idem.adapters.aiogram import inbox_dispatch
 from telegram_idem.adapters.ptb import inbox_dispatch as ptb_inbox_dispatch
-from telegram_idem.inbox.entries import new_entry
-from telegram_idem.inbox.worker import InboxWorker, retry_after_of
+from telegram_idem.inbox._entries import new_entry
+from telegram_idem.inbox._worker import InboxWorker, retry_after_of
+from telegram_idem.testing._factories import UpdateFactory
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.factories import UpdateFactory
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001

@@ -22,10 +22,10 @@ from telegram_idem.adapters.aiogram import inbox_dispatch
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.redis import RedisStore
 from telegram_idem.backends.sqlite import SQLiteStore
-from telegram_idem.inbox.base import Inbox, InboxEntry, NewEntry
-from telegram_idem.inbox.entries import Ordering, new_entry
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.testing.factories import UpdateFactory
+from telegram_idem.inbox._base import Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._entries import Ordering, new_entry
+from telegram_idem.inbox._worker import InboxWorker
+from telegram_idem.testing._factories import UpdateFactory
 
 RETENTION = 3600.0
 

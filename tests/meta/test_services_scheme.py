@@ -10,7 +10,7 @@ from pathlib import Path
 
 from services import load_services_script
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 ROOT = Path(__file__).resolve().parents[2]
 

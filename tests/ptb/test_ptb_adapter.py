@@ -33,6 +33,7 @@ from telegram.ext import (
 
 from telegram_idem import Idem, ManualClock, Status, StoreError, current_update
 from telegram_idem import idempotent as core_idempotent
+from telegram_idem._keys import render_template
 from telegram_idem.adapters.ptb import (
     idem_of,
     idempotent,
@@ -40,10 +41,9 @@ from telegram_idem.adapters.ptb import (
     update_to_dict,
 )
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.keys import render_template
+from telegram_idem.testing._delivery import fixture_names, load_fixture, make_double_tap
+from telegram_idem.testing._targets import PTBTarget, as_target
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import fixture_names, load_fixture, make_double_tap
-from telegram_idem.testing.targets import PTBTarget, as_target
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001

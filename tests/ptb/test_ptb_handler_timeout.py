@@ -17,10 +17,10 @@ from telegram import Update
 from telegram.ext import ContextTypes, MessageHandler, filters
 
 from telegram_idem import Idem
+from telegram_idem._records import Outcome
 from telegram_idem.adapters.ptb import IdempotentUpdateProcessor
-from telegram_idem.records import Outcome
+from telegram_idem.testing._delivery import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 Ctx = ContextTypes.DEFAULT_TYPE
 CHAT = 5550001001

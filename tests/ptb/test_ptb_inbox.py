@@ -13,11 +13,11 @@ from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes, TypeH
 
 from telegram_idem import Idem
 from telegram_idem.adapters import ptb
-from telegram_idem.inbox.worker import InboxWorker
-from telegram_idem.ingress.polling import PollingIngress
-from telegram_idem.ingress.webhook import new_entry
+from telegram_idem.inbox._worker import InboxWorker
+from telegram_idem.ingress._polling import PollingIngress
+from telegram_idem.ingress._webhook import new_entry
+from telegram_idem.testing._delivery import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 TOKEN = "7000000001:AAptb-inbox"
 BOT = 7000000001

@@ -18,12 +18,12 @@ from telegram import Update
 from telegram.ext import CallbackQueryHandler, ContextTypes, MessageHandler, filters
 
 from telegram_idem import ConfigurationError, Idem
+from telegram_idem._ordering import DEFAULT_ORDERING, Ordering, OrderingUnit
 from telegram_idem.adapters.ptb import IdempotentUpdateProcessor
-from telegram_idem.inbox import entries
-from telegram_idem.ordering import DEFAULT_ORDERING, Ordering, OrderingUnit
+from telegram_idem.inbox import _entries as entries
+from telegram_idem.testing._delivery import load_fixture
+from telegram_idem.testing._factories import UpdateFactory
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
-from telegram_idem.testing.factories import UpdateFactory
 
 Ctx = ContextTypes.DEFAULT_TYPE
 CHAT_A = 5550001001

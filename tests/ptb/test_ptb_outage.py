@@ -15,8 +15,8 @@ from telegram import Update
 from telegram.ext import CommandHandler, ContextTypes
 
 from telegram_idem import Idem
+from telegram_idem.testing._delivery import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 PrivateRedis = tuple[int, Callable[[], None], Callable[[], None]]
 

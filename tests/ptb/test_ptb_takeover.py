@@ -18,10 +18,10 @@ from telegram import Update
 from telegram.ext import CommandHandler, ContextTypes
 
 from telegram_idem import Idem, Status
+from telegram_idem._records import Outcome
 from telegram_idem.errors import UpdateInProgressError
-from telegram_idem.records import Outcome
+from telegram_idem.testing._delivery import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 Ctx = ContextTypes.DEFAULT_TYPE
 

@@ -21,12 +21,12 @@ from telegram import Update
 from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
 
 from telegram_idem import Idem, Status
+from telegram_idem._records import Outcome
 from telegram_idem.adapters.ptb import ptb_webhook, ptb_webhook_app
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.records import Outcome
+from telegram_idem.testing._delivery import TelegramDelivery, load_fixture
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
-from telegram_idem.testing.loopback import serve_app
 
 Ctx = ContextTypes.DEFAULT_TYPE
 SECRET = "ptb-webhook-secret"

@@ -1,5 +1,5 @@
 """Abilities (inbox, migrate, purge) are asked through the protocols of
-``telegram_idem.backends.abilities``; ``Store.inbox()`` agrees with them on every store.
+``telegram_idem.backends._abilities``; ``Store.inbox()`` agrees with them on every store.
 
 The stores are made from URLs pointing nowhere (port 1): asking an ability connects to
 nothing."""
@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from telegram_idem import ConfigurationError, store_from_url
-from telegram_idem.backends.abilities import (
+from telegram_idem._cli import cli
+from telegram_idem.backends._abilities import (
     HasInbox,
     Migratable,
     Purgeable,
@@ -22,8 +23,7 @@ from telegram_idem.backends.abilities import (
     inbox_of,
 )
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.cli import cli
-from telegram_idem.inbox.base import Inbox
+from telegram_idem.inbox._base import Inbox
 
 # store → (URL, has an inbox, migratable, purgeable): the table of docs/stores.md.
 ABILITIES = {

@@ -2,7 +2,7 @@
 this package, and on a custom store written as a third party would write one.
 
 One class per store, each given the URL factory of tests/conftest.py (the plugin's
-:class:`~telegram_idem.testing.stores.IsolatedUrls`): a new file, table prefix, key
+:class:`~telegram_idem.testing._stores.IsolatedUrls`): a new file, table prefix, key
 prefix or table per URL. Select one store with ``-k Postgres`` or ``-m postgres``.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from services import UrlFactory
 
+from telegram_idem._clock import Clock
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.clock import Clock
 from telegram_idem.testing.conformance import InboxConformance, StoreConformance
 from telegram_idem.testing.plugin import isolated_urls
 

@@ -16,7 +16,7 @@ from fixtures_postgres import (
 )
 from services import postgres_dsn
 
-from telegram_idem.cli import cli
+from telegram_idem._cli import cli
 
 pytestmark = pytest.mark.postgres
 

@@ -32,9 +32,9 @@ from pg_counting import Trips, counting_connection_class
 from services import postgres_dsn
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
+from telegram_idem._cli import cli
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.postgres import COLUMNS, PostgresStore, create_ddl, migrate
-from telegram_idem.cli import cli
 
 pytestmark = pytest.mark.postgres
 

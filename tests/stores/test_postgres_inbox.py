@@ -25,6 +25,8 @@ from pg_counting import Trips, counting_connection_class
 from services import postgres_dsn
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status, StoreError
+from telegram_idem import _inbox_logic as logic
+from telegram_idem._records import Record
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.postgres import (
     INBOX_COLUMNS,
@@ -33,9 +35,7 @@ from telegram_idem.backends.postgres import (
     create_ddl,
     migrate,
 )
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import Inbox, InboxEntry, NewEntry
-from telegram_idem.records import Record
+from telegram_idem.inbox._base import Inbox, InboxEntry, NewEntry
 
 pytestmark = pytest.mark.postgres
 

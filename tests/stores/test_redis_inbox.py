@@ -31,7 +31,7 @@ from services import service_missing
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.redis import SCRIPTS, RedisInbox, RedisStore
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._base import EntryStatus, Inbox, InboxEntry, NewEntry
 
 pytestmark = pytest.mark.redis
 

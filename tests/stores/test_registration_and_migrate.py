@@ -17,12 +17,12 @@ from fixtures_dynamodb import (
 )
 
 from telegram_idem import ConfigurationError, Record, store_from_url
+from telegram_idem._cli import cli
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim
 from telegram_idem.backends import known_schemes
-from telegram_idem.backends.base import Store
+from telegram_idem.backends._base import Store
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.cli import cli
-from telegram_idem.clock import Clock
-from telegram_idem.records import Claim
 
 
 class _Delegating(Store):

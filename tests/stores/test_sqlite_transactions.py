@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from telegram_idem import ManualClock
+from telegram_idem._records import Status
 from telegram_idem.backends.sqlite import SQLiteStore
-from telegram_idem.inbox.base import NewEntry
-from telegram_idem.records import Status
+from telegram_idem.inbox._base import NewEntry
 
 
 class Trace:

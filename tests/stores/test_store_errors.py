@@ -25,7 +25,7 @@ from fixtures_dynamodb import free_port
 from services import postgres_dsn, redis_url
 
 from telegram_idem import ConfigurationError, StoreError, store_from_url
-from telegram_idem.backends.base import Store
+from telegram_idem.backends._base import Store
 from telegram_idem.errors import IdemError
 
 PASSWORD = "s3cret-Pw-42"

@@ -18,8 +18,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramConflictError, TelegramRetryAfter
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
 
+from telegram_idem.testing._delivery import load_fixture
 from telegram_idem.testing.bot_api import NOT_MODIFIED, FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 CHAT = 5550001001

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from telegram_idem.testing.delivery import (
+from telegram_idem.testing._delivery import (
     FIXTURES,
     SECRET_HEADER,
     TelegramDelivery,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 pytest_plugins = ["pytester"]
 

@@ -14,8 +14,8 @@ from telegram import Bot as PTBBot
 from telegram import TelegramObject
 from telegram import Update as PTBUpdate
 
-from telegram_idem import updates as u
-from telegram_idem.keys import render_template
+from telegram_idem import _updates as u
+from telegram_idem._keys import render_template
 from telegram_idem.testing import (
     DEFAULT_BOT_ID,
     OMIT,
@@ -24,7 +24,7 @@ from telegram_idem.testing import (
     fixture_names,
     load_fixture,
 )
-from telegram_idem.testing.factories import merge
+from telegram_idem.testing._factories import merge
 
 PTB_BOT = PTBBot("123:offline")  # never initialised: de_json needs a bot only for shortcuts
 

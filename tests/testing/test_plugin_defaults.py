@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 pytest_plugins = ["pytester"]
 

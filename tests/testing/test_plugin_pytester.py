@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 pytest_plugins = ["pytester"]
 

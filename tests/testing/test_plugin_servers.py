@@ -10,7 +10,7 @@ import socket
 import pytest
 from services import redis_url
 
-from telegram_idem.testing.stores import SERVER_STORES
+from telegram_idem.testing._stores import SERVER_STORES
 
 pytest_plugins = ["pytester"]
 

@@ -29,11 +29,11 @@ from telegram.ext import (
 )
 
 from telegram_idem import ConfigurationError, Idem, ManualClock, UpdateInProgressError, idempotent
+from telegram_idem._logs import decision_logger
+from telegram_idem.adapters._aiogram_webhook import FastAckWebhook
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
 from telegram_idem.adapters.ptb import IdempotentUpdateProcessor
 from telegram_idem.adapters.ptb import idempotent as ptb_idempotent
-from telegram_idem.logs import decision_logger
 from telegram_idem.testing import (
     DEFAULT_TOKEN,
     DROPPED,

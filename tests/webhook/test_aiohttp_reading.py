@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from telegram_idem.ingress.reading import http_error, read_update
-from telegram_idem.testing.loopback import serve_app
+from telegram_idem._webhook_secret import secret_check
+from telegram_idem.ingress._reading import http_error, read_update
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.webhook_request import BODY_INCOMPLETE, Refusal, body_too_large
-from telegram_idem.webhook_secret import secret_check
 
 SECRET = "reading-secret"
 MAX_BODY = 1000

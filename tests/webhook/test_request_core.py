@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from telegram_idem import webhook_request
+from telegram_idem._webhook_secret import SecretCheck, secret_check
 from telegram_idem.webhook_request import (
     BODY_INCOMPLETE,
     DEFAULT_MAX_BODY,
@@ -29,7 +30,6 @@ from telegram_idem.webhook_request import (
     check_webhook_request,
     header,
 )
-from telegram_idem.webhook_secret import SecretCheck, secret_check
 
 SECRET = "core-secret_0123"
 CHECK = secret_check(SECRET)

@@ -23,13 +23,13 @@ from aiohttp import web
 from telegram.ext import ApplicationBuilder
 
 from telegram_idem import Idem
+from telegram_idem.adapters._aiogram_webhook import FastAckWebhook
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware
-from telegram_idem.adapters.aiogram_webhook import FastAckWebhook
 from telegram_idem.adapters.aws_lambda import LambdaOffload
 from telegram_idem.adapters.ptb import IdempotentUpdateProcessor, ptb_webhook_app
 from telegram_idem.ingress import WebhookIngress, register
+from telegram_idem.testing._loopback import serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001

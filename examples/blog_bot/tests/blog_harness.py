@@ -16,9 +16,8 @@ import aiohttp
 from examples.blog_bot.app import BlogBot, build_blog_bot
 from examples.blog_bot.config import Settings
 from examples.blog_bot.writer import OfflineWriter
+from telegram_idem.testing import TelegramDelivery, serve_app
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery
-from telegram_idem.testing.loopback import serve_app
 
 TOKEN = "7000000001:AAtest-token"
 SECRET = "test-webhook-secret"

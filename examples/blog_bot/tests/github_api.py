@@ -44,7 +44,7 @@ from typing import Any
 
 from aiohttp import web
 
-from telegram_idem.testing.loopback import LoopbackServer
+from telegram_idem.testing import LoopbackServer
 
 __all__ = ["FakeGitHub", "RecordedRequest"]
 

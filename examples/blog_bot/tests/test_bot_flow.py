@@ -16,7 +16,7 @@ from examples.blog_bot.demo_scenario import (
     published_messages,
 )
 from examples.blog_bot.tests.blog_harness import Harness
-from telegram_idem.testing.delivery import load_fixture, make_double_tap
+from telegram_idem.testing import load_fixture, make_double_tap
 
 AUTHOR = 5550001001
 

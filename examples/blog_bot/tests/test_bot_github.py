@@ -10,8 +10,8 @@ from examples.blog_bot.content import dead_links
 from examples.blog_bot.publisher import GitHubPublisher
 from examples.blog_bot.tests.github_api import FakeGitHub
 from examples.blog_bot.writer import OfflineWriter
+from telegram_idem.testing import load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import load_fixture
 
 
 async def test_settings_choose_github_and_repeated_update_makes_one_commit(

@@ -10,8 +10,8 @@ from examples.blog_bot.app import build_blog_bot
 from examples.blog_bot.config import Settings
 from examples.blog_bot.tests.blog_harness import free_port, start_serve, until
 from examples.blog_bot.writer import OfflineWriter
+from telegram_idem.testing import TelegramDelivery, load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
 
 TOKEN = "7000000001:AAcli-test"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from dulwich.repo import Repo
 
 from examples.blog_bot.tests.blog_harness import free_port, start_serve, until
+from telegram_idem.testing import TelegramDelivery, load_fixture
 from telegram_idem.testing.bot_api import FakeBotAPI
-from telegram_idem.testing.delivery import TelegramDelivery, load_fixture
 
 CHAT = 5550001001
 LEASE = 2.0

@@ -51,6 +51,7 @@ from telegram_idem.backends.dynamodb._connection import DynamoDBConnection
 from telegram_idem.backends.dynamodb._errors import CONFIGURATION_CODES, THROTTLING_CODES
 from telegram_idem.backends.dynamodb._items import TTL_ATTRIBUTE
 from telegram_idem.backends.dynamodb._store import DynamoDBStore, create_table
+from telegram_idem.backends.dynamodb._table import Table, Write
 
 __all__ = [
     "CONFIGURATION_CODES",
@@ -58,5 +59,7 @@ __all__ = [
     "TTL_ATTRIBUTE",
     "DynamoDBConnection",
     "DynamoDBStore",
+    "Table",
+    "Write",
     "create_table",
 ]

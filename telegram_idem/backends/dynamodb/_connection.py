@@ -25,6 +25,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 
+from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.dynamodb._errors import (
     DRIVER_BASE,
@@ -34,7 +35,6 @@ from telegram_idem.backends.dynamodb._errors import (
 )
 from telegram_idem.backends.dynamodb._setup import create_table_on
 from telegram_idem.backends.dynamodb._table import Table
-from telegram_idem.clock import Clock
 from telegram_idem.errors import IdemError, StoreError
 
 __all__ = ["DEFAULT_CONFIG", "DynamoDBConnection"]

@@ -14,8 +14,8 @@ import re
 from decimal import Decimal
 from typing import Any, Final
 
+from telegram_idem._records import Record, Status
 from telegram_idem.errors import ConfigurationError, StoreError
-from telegram_idem.records import Record, Status
 
 __all__ = [
     "IN_PROGRESS",

@@ -17,7 +17,9 @@ from typing import Any, ClassVar, Final, TypeVar
 from aiobotocore.session import AioSession
 
 from telegram_idem import machine
-from telegram_idem.backends.base import Store
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem.backends._base import Store
 from telegram_idem.backends.dynamodb._connection import DynamoDBConnection
 from telegram_idem.backends.dynamodb._errors import DRIVER_BASE, DRIVER_ERRORS
 from telegram_idem.backends.dynamodb._items import (
@@ -35,9 +37,7 @@ from telegram_idem.backends.dynamodb._setup import (
     create_table_on,
 )
 from telegram_idem.backends.dynamodb._url import SCHEMES, parse_store_url
-from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
-from telegram_idem.records import Claim, Outcome, Record, Status
 
 __all__ = ["DynamoDBStore", "create_table"]
 

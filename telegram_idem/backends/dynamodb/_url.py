@@ -1,7 +1,7 @@
 """The DynamoDB store URL: ``dynamodb://<table>?option=value&…`` (docs/store-dynamodb.md).
 
-Read through :class:`~telegram_idem.backends.url.StoreURL`; every message shows the URL
-as :func:`~telegram_idem.backends.url.redact` does (never a password-like part).
+Read through :class:`~telegram_idem.backends._url.StoreURL`; every message shows the URL
+as :func:`~telegram_idem.backends._url.redact` does (never a password-like part).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from aiobotocore.config import AioConfig
 
+from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.dynamodb._setup import check_table_name
-from telegram_idem.backends.url import StoreURL
 from telegram_idem.errors import ConfigurationError
 
 __all__ = ["SCHEMES", "parse_store_url"]

@@ -13,5 +13,10 @@ and eviction), shared by the store (``_records``: the decision loop of
 
 from telegram_idem.backends.memory._inbox import MemoryInbox
 from telegram_idem.backends.memory._records import MemoryStore
+from telegram_idem.backends.memory._state import MemoryRecords
 
-__all__ = ["MemoryInbox", "MemoryStore"]
+__all__ = [
+    "MemoryInbox",
+    "MemoryRecords",
+    "MemoryStore",
+]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+from telegram_idem import _inbox_logic as logic
+from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.memory._state import MemoryRecords
-from telegram_idem.backends.text import storable_text
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
 
 __all__ = ["MemoryInbox"]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from telegram_idem._clock import Clock, system_clock
+from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
+from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.memory._inbox import MemoryInbox
 from telegram_idem.backends.memory._state import MemoryRecords
-from telegram_idem.backends.url import StoreURL
-from telegram_idem.clock import Clock, system_clock
-from telegram_idem.records import Record
 
 __all__ = ["MemoryStore"]
 

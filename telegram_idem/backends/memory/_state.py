@@ -5,9 +5,9 @@ from __future__ import annotations
 import heapq
 import logging
 
-from telegram_idem.clock import Clock
+from telegram_idem._clock import Clock
+from telegram_idem._records import Record
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.records import Record
 
 __all__ = ["MemoryRecords"]
 

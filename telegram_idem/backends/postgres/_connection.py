@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
+from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS, translate
 from telegram_idem.backends.postgres._schema import create_schema, inbox_table_name, table_name
 from telegram_idem.backends.postgres._sql import SERVER_NOW
-from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 
 __all__ = ["PoolOptions", "PostgresConnection"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from telegram_idem import _inbox_logic as logic
+from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._inbox_sql import build_inbox_sql
-from telegram_idem.backends.text import storable_text
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
 
 __all__ = ["PostgresInbox"]
 

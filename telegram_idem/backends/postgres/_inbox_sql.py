@@ -4,7 +4,7 @@
 **Admission** is one statement, so one transaction and one round trip: it upserts the
 update guard record with the records table's claim rules (acquire if absent, past its
 retention, or in progress with its lease over; written at once as completed with result
-``null``, exactly :func:`telegram_idem.inbox.logic.admitted_record`), and inserts the
+``null``, exactly :func:`telegram_idem._inbox_logic.admitted_record`), and inserts the
 inbox entry only for the records it wrote. A duplicate writes nothing. ``admit_many``
 is the same statement over ``unnest`` of the batch.
 

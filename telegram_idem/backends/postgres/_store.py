@@ -13,18 +13,18 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from telegram_idem import machine
-from telegram_idem.backends.base import Store
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem.backends._base import Store
+from telegram_idem.backends._url import redact
 from telegram_idem.backends.postgres._connection import PoolOptions, PostgresConnection
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
 from telegram_idem.backends.postgres._inbox import PostgresInbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
 from telegram_idem.backends.postgres._sql import build_records_sql
 from telegram_idem.backends.postgres._url import SCHEMES, parse_store_url, store_options_in
-from telegram_idem.backends.url import redact
-from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
-from telegram_idem.inbox.base import Inbox
-from telegram_idem.records import Claim, Outcome, Record, Status
+from telegram_idem.inbox import Inbox
 
 __all__ = ["PostgresStore"]
 

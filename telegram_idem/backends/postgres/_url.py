@@ -1,7 +1,7 @@
 """The PostgreSQL store URL: which options are the store's, which go to asyncpg.
 
 ``postgresql://user:password@host:5432/db?table_prefix=idem&auto_create=0&…`` (or
-``postgres://``) is read through :class:`~telegram_idem.backends.url.StoreURL`: the store's
+``postgres://``) is read through :class:`~telegram_idem.backends._url.StoreURL`: the store's
 own options (:data:`STORE_OPTIONS`) become keyword arguments of
 :class:`~telegram_idem.backends.postgres.PostgresStore`, the libpq/asyncpg options
 (:data:`PASSTHROUGH_OPTIONS`) stay in the DSN, anything else is a
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from telegram_idem.backends.url import StoreURL
+from telegram_idem.backends._url import StoreURL
 
 __all__ = ["PASSTHROUGH_OPTIONS", "SCHEMES", "STORE_OPTIONS", "parse_store_url", "store_options_in"]
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import redis.exceptions as rexc
 from redis.asyncio.cluster import RedisCluster
 
+from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.redis._errors import (
     REDIS_ERRORS,
@@ -41,7 +42,6 @@ from telegram_idem.backends.redis._errors import (
 from telegram_idem.backends.redis._keys import KeyLayout
 from telegram_idem.backends.redis._scripts import Script
 from telegram_idem.backends.redis._url import RedisClient
-from telegram_idem.clock import Clock
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 
 __all__ = ["RedisConnection", "location"]

@@ -31,7 +31,7 @@ Scripts (``redis/lua/inbox*.lua``; they reuse the record scripts' helpers,
 
 - **admit** (one or many entries): per entry, the claim decision on the update guard
   record with ``lease = retention``; if it acquires, the record is written completed
-  with result ``null`` (exactly :func:`telegram_idem.inbox.logic.admitted_record`) and
+  with result ``null`` (exactly :func:`telegram_idem._inbox_logic.admitted_record`) and
   the entry is written pending, takeable now. A duplicate writes nothing. An entry that
   outlived its guard record (retention over while it waited or lay dead) is replaced
   by the new admission, as in the memory and SQLite inboxes, but keeps its token, so
@@ -59,7 +59,7 @@ Cluster trade-off. Admission must claim the update guard and write the entry in 
 script, so on a cluster the update guard records have to live in the inbox's slot too:
 a :class:`~telegram_idem.backends.redis.RedisStore` on a cluster stores every record
 whose key has the shape of an update guard key (``<prefix>:<bot_id>:u:<update_id>``,
-:meth:`telegram_idem.keys.KeyBuilder.update`) at ``T:r:<key>`` instead of
+:meth:`telegram_idem._keys.KeyBuilder.update`) at ``T:r:<key>`` instead of
 ``<key_prefix>:{<key>}`` (see :meth:`~telegram_idem.backends.redis.RedisStore.redis_key`),
 whether the inbox is used or not, so ``store.get`` / ``store.claim`` of an update key
 find the record admission wrote. Consequences: the inbox and all update guards of a
@@ -83,14 +83,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from telegram_idem import _inbox_logic as logic
+from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._keys import UPDATE_KEY
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text
 from telegram_idem.backends.redis._url import RedisClient
-from telegram_idem.backends.text import storable_text
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
 
 __all__ = ["RedisInbox"]
 

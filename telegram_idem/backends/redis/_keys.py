@@ -17,7 +17,7 @@ from telegram_idem.errors import ConfigurationError
 __all__ = ["UPDATE_KEY", "KeyLayout", "check_prefix"]
 
 UPDATE_KEY = re.compile(r"(?s).*:-?[0-9]+:u:-?[0-9]+")
-"""The shape of an update guard key (:meth:`telegram_idem.keys.KeyBuilder.update`). On a
+"""The shape of an update guard key (:meth:`telegram_idem._keys.KeyBuilder.update`). On a
 cluster, records with such keys live in the inbox's slot (:meth:`KeyLayout.record`).
 Matching a few other keys too would be harmless: a record key always maps to the same
 Redis key, the shape only decides which node holds it."""

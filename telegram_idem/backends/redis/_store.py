@@ -15,16 +15,16 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from telegram_idem.backends.base import Store
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem.backends._base import Store
 from telegram_idem.backends.redis._connection import RedisConnection, location
 from telegram_idem.backends.redis._errors import REDIS_ERRORS
 from telegram_idem.backends.redis._inbox import RedisInbox
 from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, text
 from telegram_idem.backends.redis._url import SCHEMES, RedisClient, client_from_url
-from telegram_idem.clock import Clock
 from telegram_idem.errors import IdemError
-from telegram_idem.inbox.base import Inbox
-from telegram_idem.records import Claim, Outcome, Record, Status
+from telegram_idem.inbox import Inbox
 
 __all__ = ["RedisStore"]
 

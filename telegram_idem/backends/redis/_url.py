@@ -4,7 +4,7 @@
 - ``rediss://…`` — the same over TLS;
 - ``redis+cluster://[[user]:password@]host:port[,host:port…]`` — a Redis Cluster.
 
-Read through :class:`~telegram_idem.backends.url.StoreURL`: ``key_prefix``,
+Read through :class:`~telegram_idem.backends._url.StoreURL`: ``key_prefix``,
 ``socket_timeout`` and ``socket_connect_timeout`` are the store's; the redis-py options
 listed below pass through; anything else is a
 :class:`~telegram_idem.errors.ConfigurationError` (its message never shows the password).
@@ -22,7 +22,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from telegram_idem.backends.url import StoreURL
+from telegram_idem.backends._url import StoreURL
 
 __all__ = ["DEFAULT_PROTOCOL", "SCHEMES", "RedisClient", "client_from_url"]
 

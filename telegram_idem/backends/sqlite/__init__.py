@@ -15,8 +15,13 @@ the transaction, the clock; ``_connection``), its tables (``_schema``), the stor
 over the records table) and the inbox (``_inbox``), the last two sharing the connection.
 """
 
-from telegram_idem.backends.sqlite._connection import SQLiteConnection
+from telegram_idem.backends.sqlite._connection import ErrorGuard, SQLiteConnection
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
 from telegram_idem.backends.sqlite._records import SQLiteStore
 
-__all__ = ["SQLiteConnection", "SQLiteInbox", "SQLiteStore"]
+__all__ = [
+    "ErrorGuard",
+    "SQLiteConnection",
+    "SQLiteInbox",
+    "SQLiteStore",
+]

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from telegram_idem._clock import Clock
 from telegram_idem.backends.sqlite._schema import INBOX_SCHEMA, RECORDS_SCHEMA, RecordRows
-from telegram_idem.clock import Clock
 from telegram_idem.errors import StoreError
 
 __all__ = ["ErrorGuard", "SQLiteConnection"]
@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 class ErrorGuard(Protocol):
     """Runs one operation and turns a driver exception it raises into the library's
-    error (the store's :meth:`~telegram_idem.backends.base.Store._call`)."""
+    error (the store's :meth:`~telegram_idem.backends._base.Store._call`)."""
 
     def __call__(self, op: str, fn: Callable[[], Awaitable[T]], /) -> Awaitable[T]: ...
 

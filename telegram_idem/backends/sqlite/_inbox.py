@@ -12,11 +12,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from telegram_idem import _inbox_logic as logic
+from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._schema import RecordRows
-from telegram_idem.backends.text import storable_text
-from telegram_idem.inbox import logic
-from telegram_idem.inbox.base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
 
 __all__ = ["SQLiteInbox"]
 

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from telegram_idem._clock import Clock, system_clock
+from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
+from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
 from telegram_idem.backends.sqlite._schema import RecordRows
-from telegram_idem.backends.url import StoreURL
-from telegram_idem.clock import Clock, system_clock
-from telegram_idem.records import Record
 
 __all__ = ["SQLiteStore"]
 

@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from telegram_idem.records import Record, Status
+from telegram_idem._records import Record, Status
 
 __all__ = ["INBOX_SCHEMA", "RECORDS_SCHEMA", "RecordRows"]
 

@@ -8,9 +8,8 @@ from typing import ClassVar
 import pytest
 import pytest_asyncio
 
-from telegram_idem.backends import store_from_url
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import Clock, ManualClock
+from telegram_idem._clock import Clock, ManualClock
+from telegram_idem.backends import Store, store_from_url
 
 __all__ = ["ConformanceBase", "StoreMaker", "UrlFactory"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
-from telegram_idem.records import Outcome
+from telegram_idem._clock import ManualClock
+from telegram_idem._records import Outcome
+from telegram_idem.backends import Store
 from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker
 
 __all__ = ["ConcurrencyContract"]

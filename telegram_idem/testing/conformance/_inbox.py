@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
-from telegram_idem.inbox.base import EntryStatus, Inbox, NewEntry
-from telegram_idem.records import Outcome, Status
+from telegram_idem._clock import ManualClock
+from telegram_idem._records import Outcome, Status
+from telegram_idem.backends import Store
+from telegram_idem.inbox import EntryStatus, Inbox, NewEntry
 from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker
 from telegram_idem.testing.conformance._payloads import ODD_PAYLOADS
 

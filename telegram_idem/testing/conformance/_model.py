@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import Clock, ManualClock
-from telegram_idem.records import Outcome, Record, Status
+from telegram_idem._clock import Clock, ManualClock
+from telegram_idem._records import Outcome, Record, Status
+from telegram_idem.backends import Store
 from telegram_idem.testing.conformance._base import ConformanceBase, UrlFactory
 
 __all__ = ["ClaimTable", "ModelContract", "StoreVersusModel"]

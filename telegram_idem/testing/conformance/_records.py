@@ -10,10 +10,10 @@ import hashlib
 
 import pytest
 
-from telegram_idem.backends.base import Store
-from telegram_idem.clock import ManualClock
+from telegram_idem._clock import ManualClock
+from telegram_idem._records import Claim, Outcome, Status
+from telegram_idem.backends import Store
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.records import Claim, Outcome, Status
 from telegram_idem.testing.conformance._base import ConformanceBase
 from telegram_idem.testing.conformance._payloads import ODD_PAYLOADS
 

@@ -1,0 +1,571 @@
+"""The guards: one :class:`Idem` object holds a store and the defaults, and runs the
+update guard, the action guard, side-effect steps and locks over it.
+
+The decisions themselves live in :mod:`telegram_idem.machine` (and natively in server
+stores); this module turns them into behaviour: run, replay, raise, wait or drop. The
+update guard's admission (:meth:`Idem.admit`) is :mod:`telegram_idem._admitted`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+from telegram_idem._admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem._admitted import Admitted, admit, adopt, claim_update, release_quietly
+from telegram_idem._clock import Clock, system_clock
+from telegram_idem._codec import JsonCodec, ResultCodec
+from telegram_idem._context import bind_action, bound_update, current_action, current_update
+from telegram_idem._heartbeat import heartbeat
+from telegram_idem._inbox_admission import admit_to_inbox
+from telegram_idem._keys import KeyBuilder
+from telegram_idem._locks import acquire_lock
+from telegram_idem._records import Claim, Outcome, Record
+from telegram_idem._updates import ordering_key
+from telegram_idem.backends import Store, store_from_url
+from telegram_idem.errors import (
+    ConfigurationError,
+    ConflictError,
+    InProgressError,
+    LockHeldError,
+    LostClaimError,
+    ResultEncodingError,
+    StoredFailureError,
+)
+from telegram_idem.events import emit_decision
+from telegram_idem.inbox import Inbox, NewEntry
+
+__all__ = ["ErrorPolicy", "Idem", "InProgressPolicy"]
+
+T = TypeVar("T")
+InProgressPolicy = Literal["raise", "wait", "drop"]
+ErrorPolicy = Literal["release", "store"]
+Sleep = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger("telegram_idem")
+
+
+class Idem:
+    """Idempotency for one bot (or several: keys carry the bot id).
+
+    Args:
+        store: a :class:`Store` or a store URL (``sqlite:///bot.db``, ``memory://``, …).
+        keys: the key builder (its ``prefix`` namespaces every key).
+        codec: how results are stored (default JSON, which replays falsy values exactly).
+        lease: seconds a holder's lease lasts; a heartbeat extends it every ``lease / 3``
+            seconds while the work runs.
+        update_retention: seconds an update id is remembered (default 48 h; Telegram keeps
+            undelivered updates at most 24 h — Bot API, "Getting updates").
+        action_retention: seconds an action's result is kept for replay (default 24 h).
+        clock: seconds since the epoch, for callback token expiry; also given to a store
+            made from a URL (``None``: the store's own time source, the server's clock
+            for server stores). Leases, lock expiry and ``retry_after`` are always
+            judged by the store's clock.
+        sleep: awaited between polls of the ``wait`` policy (inject in tests).
+        heartbeat: extend leases while work runs.
+        lock_retention: seconds a lock's record is kept after its ttl, so fencing tokens
+            keep rising across holders (records purged after retention restart at 1).
+    """
+
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        keys: KeyBuilder | None = None,
+        codec: ResultCodec | None = None,
+        lease: float = 60.0,
+        update_retention: float = 48 * 3600.0,
+        action_retention: float = 24 * 3600.0,
+        clock: Clock | None = None,
+        sleep: Sleep = asyncio.sleep,
+        heartbeat: bool = True,
+        lock_retention: float = 24 * 3600.0,
+    ) -> None:
+        self.store = store_from_url(store, clock=clock) if isinstance(store, str) else store
+        self.keys = keys or KeyBuilder()
+        self.codec: ResultCodec = codec or JsonCodec()
+        self.lease = lease
+        self.update_retention = update_retention
+        self.action_retention = action_retention
+        self.clock: Clock = clock or system_clock
+        self.sleep = sleep
+        self.heartbeat = heartbeat
+        self.lock_retention = lock_retention
+
+    async def close(self) -> None:
+        """Close the store."""
+        await self.store.close()
+
+    # ------------------------------------------------------------------ leases
+
+    def _heartbeat(
+        self, key: str, token: int, lease: float
+    ) -> contextlib.AbstractContextManager[None]:
+        return heartbeat(
+            lambda: self.store.extend(key, token, lease=lease),
+            interval=lease / 3,
+            name=key,
+            enabled=self.heartbeat,
+        )
+
+    async def _finish_ok(self, key: str, token: int, value: Any, retention: float) -> None:
+        try:
+            data = self.codec.encode(value)
+        except ResultEncodingError as exc:
+            # The work is done; store the failure so it is not run again, then tell.
+            await self.store.fail(key, token, _failure(exc), retention=retention)
+            raise
+        if not await self.store.complete(key, token, data, retention=retention):
+            raise LostClaimError(
+                f"{key}: fencing token {token} was taken over; result not stored", key=key
+            )
+
+    # ------------------------------------------------------------ update guard
+
+    async def claim_update(self, update: Mapping[str, Any], *, bot_id: int) -> Claim:
+        """Claim the update guard key ``{bot_id}:u:{update_id}`` once, with no policy:
+        the primitive under :meth:`admit` (a test uses it to play a holder that dies).
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            StoreError: the store could not answer.
+        """
+        return await claim_update(self, update, bot_id=bot_id)
+
+    async def admit(
+        self,
+        update: Mapping[str, Any],
+        *,
+        bot_id: int,
+        wait: float = 0.0,
+        outage_wait: float = 0.0,
+        store_policy: StorePolicyLike = StorePolicy.FAIL_CLOSED,
+    ) -> Admitted:
+        """Admit one delivery of ``update``: the one admission decision every ingress
+        shape translates into its answer.
+
+        The update guard key ``{prefix}:{bot_id}:u:{update_id}`` is claimed; a claim in
+        progress is looked at again with backoff (50 ms doubling to 1 s) until it is
+        acquired (its holder died and the lease ended: takeover), completed (replay), or
+        ``wait`` seconds have passed. A store that cannot answer
+        (:class:`~telegram_idem.errors.StoreError`) is tried again, fail-closed, for
+        ``outage_wait`` seconds (backoff 0.5 s doubling to 10 s; one WARNING when it
+        stops answering, one when it answers again). Every update type is admitted the
+        same way, types this version does not know included (they are passed to the
+        framework untouched).
+
+        | situation | outcome | webhook answer | polling | inbox (:meth:`admit_to_inbox`) |
+        |---|---|---|---|---|
+        | new, or a dead holder's lease ended (takeover) | ``RUN`` | 200 (processed, or queued) | processed | one entry: 200 / offset moves |
+        | completed before, or a stored failure | ``DUPLICATE`` | 200, not run | confirmed, not run | no entry: 200 / confirmed |
+        | in progress, the holder's lease alive | ``NOT_YET`` | 503: Telegram re-sends | waited for (``wait`` ≈ one lease), then ``RUN`` by takeover or ``DUPLICATE`` | no entry: 503 / offset kept |
+        | store outage, ``fail_closed`` | ``UNAVAILABLE`` | 503: Telegram re-sends | tried for ``outage_wait``, then not run (ERROR: lost) | 503 / offset kept |
+        | store outage, ``fail_open`` | ``UNGUARDED`` | 200, run without a claim | run without a claim | 200, dispatched in-process |
+
+        A webhook passes ``wait=0`` and ``outage_wait=0`` (its non-2xx makes Telegram
+        re-send); a shape Telegram will not re-send to (polling, or after a 200) passes
+        about one lease as ``wait`` and :data:`~telegram_idem._admission.DEFAULT_OUTAGE_WAIT`
+        as ``outage_wait``, since this process holds the update's only copy.
+
+        Args:
+            update: the Bot API update dict.
+            bot_id: the receiving bot's id.
+            wait: seconds to keep looking while another holder's lease is alive.
+            outage_wait: seconds to keep trying while the store raises ``StoreError``
+                (fail-closed only: fail-open runs unguarded at once).
+            store_policy: ``StorePolicy.FAIL_CLOSED`` (default) or ``FAIL_OPEN`` (or
+                their string values).
+
+        Returns:
+            The :class:`~telegram_idem._admitted.Admitted`: its ``outcome``, and
+            ``run(call)`` for ``RUN`` and ``UNGUARDED``.
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            ConfigurationError: an unknown ``store_policy``.
+        """
+        return await admit(
+            self,
+            update,
+            bot_id=bot_id,
+            wait=wait,
+            outage_wait=outage_wait,
+            store_policy=store_policy,
+        )
+
+    async def admit_to_inbox(
+        self,
+        entries: Sequence[NewEntry],
+        updates: Sequence[Mapping[str, Any] | None],
+        *,
+        bot_id: int,
+        store_policy: StorePolicyLike = StorePolicy.FAIL_CLOSED,
+        inbox: Inbox | None = None,
+    ) -> list[Admitted]:
+        """Admit deliveries into the durable inbox: the update guard claim and the entry
+        are written together (one round trip for the batch), so from its first
+        admission the inbox owns the update (:meth:`admit`'s table, last column).
+
+        ``Inbox.admit`` answers only "admitted or not"; a refused entry's record is read
+        back (one more round trip, refused deliveries only) to tell a duplicate
+        (completed or failed) from an update another shape sharing the store holds in
+        progress under a live lease (``NOT_YET``: never acknowledge it). Outcomes:
+        ``RUN`` (queued: the worker runs it, :attr:`Admitted.queued`), ``DUPLICATE``,
+        ``NOT_YET``; a store outage gives ``UNAVAILABLE`` (``fail_closed``) or
+        ``UNGUARDED`` (``fail_open``: run it in-process without the inbox; an entry
+        without an update stays ``UNAVAILABLE``); an outage while reading a refused
+        record back gives ``UNAVAILABLE`` whatever the policy (a refused update is not
+        new, so it is never run unguarded).
+
+        Args:
+            entries: the entries (:func:`telegram_idem.inbox._entries.new_entry`).
+            updates: the update of each entry, in order, or ``None`` for an entry that
+                keeps something that is not an update (a rejected entry).
+            bot_id: the receiving bot's id.
+            store_policy: the outage policy (default fail-closed).
+            inbox: the inbox (default ``self.store.inbox()``).
+
+        Returns:
+            One :class:`~telegram_idem._admitted.Admitted` per entry, in order.
+
+        Raises:
+            ConfigurationError: the store has no inbox, or an unknown ``store_policy``.
+            ValueError: ``entries`` and ``updates`` differ in length.
+        """
+        return await admit_to_inbox(
+            self,
+            entries,
+            updates,
+            bot_id=bot_id,
+            inbox=inbox if inbox is not None else self.store.inbox(),
+            store_policy=store_policy,
+        )
+
+    def adopt(
+        self,
+        update: Mapping[str, Any],
+        *,
+        bot_id: int,
+        outcome: Admission = Admission.RUN,
+    ) -> Admitted:
+        """The admission of an update admitted elsewhere, to run it here: ``RUN`` for an
+        update the durable inbox owns (its worker runs it), ``UNGUARDED`` for one a
+        webhook admitted fail-open (the Lambda worker). ``run(call)`` binds the update
+        and runs ``call``, with no claim to record.
+
+        Raises:
+            MalformedUpdateError: no integer ``update_id``.
+            ConfigurationError: another outcome.
+        """
+        return adopt(self, update, bot_id=bot_id, outcome=outcome)
+
+    async def _release_quietly(self, key: str, token: int) -> None:
+        await release_quietly(self.store, key, token)
+
+    # ------------------------------------------------------------ action guard
+
+    async def run(
+        self,
+        key: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        fingerprint: str | None = None,
+        in_progress: InProgressPolicy = "raise",
+        on_error: ErrorPolicy = "release",
+        lease: float | None = None,
+        retention: float | None = None,
+        wait_timeout: float | None = None,
+        handler: str | None = None,
+        boundary: Literal["action", "step"] = "action",
+        window: float | None = None,
+    ) -> T:
+        """Run ``fn`` at most once per ``key``; later calls get its stored result.
+
+        Args:
+            key: the full idempotency key (see :class:`KeyBuilder`).
+            fn: the work; its result must be storable by the codec.
+            fingerprint: payload fingerprint; a different one under the same key is a
+                conflict.
+            in_progress: when another holder runs the key: ``"raise"``
+                :class:`InProgressError`, ``"wait"`` for its result (at most
+                ``wait_timeout`` seconds, default the lease), or ``"drop"`` (return
+                ``None`` without running).
+            on_error: ``"release"`` the claim when ``fn`` raises (a retry runs again), or
+                ``"store"`` the failure (a retry raises :class:`StoredFailureError`).
+            lease: seconds (default the guard's).
+            retention: seconds the result is kept (default ``action_retention``).
+            handler: name for the decision log.
+            window: seconds the outcome is replayed after the work *finishes*, instead
+                of ``retention`` (a dedup window for navigation buttons: a repeat within
+                ``window`` seconds replays, a later one runs again). The lease is not
+                affected: a repeat while the work runs is in progress, however long it
+                runs. ``None`` (default): ``retention`` applies.
+
+        Raises:
+            ConfigurationError: ``window`` is not a positive finite number, or is given
+                together with ``retention``.
+            ConflictError: same key, different fingerprint.
+            InProgressError: policy ``raise``, or ``wait`` timed out.
+            StoredFailureError: replay of a stored failure.
+            LostClaimError: ``fn`` finished after its lease was taken over; the new
+                holder's record stands.
+            ResultEncodingError: the result cannot be stored (stored as a failure).
+            StoreError: the store could not answer.
+            Exception: whatever ``fn`` raised.
+        """
+        lease = lease or self.lease
+        if window is not None:
+            if retention is not None:
+                raise ConfigurationError("give an action a window= or a retention=, not both")
+            if not (window > 0 and math.isfinite(window)):
+                raise ConfigurationError(f"window must be > 0 seconds, got {window}")
+            # The record must outlive the lease while in progress; once done, the window.
+            retention, kept = max(lease, window), window
+        else:
+            retention = kept = retention or self.action_retention
+        deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
+        delay = 0.02
+        waited = False
+        ctx = bound_update()
+        update, bot_id = (ctx.update, ctx.bot_id) if ctx is not None else (None, None)
+        while True:
+            started = time.perf_counter()
+            claim = await self.store.claim(
+                key, fingerprint=fingerprint, lease=lease, retention=retention
+            )
+            outcome = claim.outcome
+            emit_decision(
+                boundary=boundary,
+                key=key,
+                decision=outcome.value,
+                update=update,
+                handler=handler,
+                fencing_token=claim.token,
+                elapsed_ms=(time.perf_counter() - started) * 1000,
+                bot_id=bot_id,
+            )
+            if outcome is Outcome.ACQUIRED:
+                return await self._run_acquired(claim, fn, on_error, lease, kept)
+            if outcome is Outcome.REPLAY:
+                assert claim.record.result is not None
+                return self.codec.decode(claim.record.result)  # type: ignore[no-any-return]
+            if outcome is Outcome.FAILED:
+                raise _stored_failure(claim.record)
+            if outcome is Outcome.CONFLICT:
+                raise ConflictError(
+                    f"{key} was first used with a different payload fingerprint",
+                    key=key,
+                    record=claim.record,
+                )
+            if in_progress == "drop":
+                return None  # type: ignore[return-value]
+            # "wait" looks again at least once, however slow the first claim was.
+            if in_progress == "raise" or (waited and time.monotonic() >= deadline):
+                raise InProgressError(
+                    f"{key} is in progress elsewhere", key=key, record=claim.record
+                )
+            await self.sleep(min(delay, max(deadline - time.monotonic(), 0.001)))
+            waited = True
+            delay = min(delay * 2, 1.0)
+
+    async def _run_acquired(
+        self,
+        claim: Claim,
+        fn: Callable[[], Awaitable[T]],
+        on_error: ErrorPolicy,
+        lease: float,
+        retention: float,
+    ) -> T:
+        key, token = claim.record.key, claim.token
+        try:
+            with bind_action(key, token, self):
+                with self._heartbeat(key, token, lease):
+                    value = await fn()
+        except Exception as exc:
+            if on_error == "store":
+                await self.store.fail(key, token, _failure(exc), retention=retention)
+            else:
+                await self._release_quietly(key, token)
+            raise
+        except BaseException:  # cancellation: let a retry run
+            await self._release_quietly(key, token)
+            raise
+        await self._finish_ok(key, token, value, retention)
+        return value
+
+    # --------------------------------------------------------------- steps
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run the side-effect step ``name`` once inside the current action.
+
+        A retried action skips steps that completed and gets their stored results.
+        Inside an action, the step is recorded by the :class:`Idem` running the action
+        (next to the action's own record), whichever :class:`Idem` it is called on.
+
+        Args:
+            name: the step's name, unique within its action.
+            fn: the effect; called as ``fn(*args, **kwargs)``.
+            key: a full key to use instead of ``<action key>:s:<name>`` (for a step
+                outside an action).
+
+        Raises:
+            ConfigurationError: no action is running and no ``key`` was given.
+            InProgressError, LostClaimError, ResultEncodingError, StoreError: as
+                :meth:`run`; and whatever ``fn`` raised.
+        """
+        action = current_action()
+        if action is not None and action.idem is not self:
+            return await action.idem.step(name, fn, *args, key=key, **kwargs)
+        if key is None:
+            if action is None:
+                raise ConfigurationError(
+                    f"step {name!r} needs a running @idempotent action, or an explicit key="
+                )
+            key = self.keys.step(action.key, name)
+        return await self.run(
+            key, lambda: fn(*args, **kwargs), in_progress="wait", handler=name, boundary="step"
+        )
+
+    # --------------------------------------------------------------- locks
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self,
+        name: str,
+        *,
+        bot_id: int | None = None,
+        ttl: float = 120.0,
+        wait: float = 0.0,
+    ) -> AsyncIterator[Claim]:
+        """Hold the lock ``name`` for the block; released in ``finally``.
+
+        While the block runs, a heartbeat renews the lock every ``ttl / 3`` seconds (if
+        the guard's ``heartbeat`` is on), so a holder may work longer than ``ttl``;
+        ``ttl`` only bounds how long a holder that *crashed* keeps others out. Expiry
+        and ``retry_after`` are judged by the store's clock (see
+        :mod:`telegram_idem._locks`).
+
+        Inside an action, the action owns the lock: if the action is taken over after its
+        holder died, the new holder takes the lock over too instead of waiting ``ttl``.
+        The lock is then kept in the store of the :class:`Idem` running the action,
+        whichever :class:`Idem` this is called on.
+
+        Args:
+            name: what the lock guards (e.g. ``"post:chat:42"``).
+            bot_id: default: the bound update's bot.
+            ttl: seconds after which a holder that stopped renewing (a crash) loses it.
+            wait: seconds to keep trying while another holder has it, polling with
+                backoff (20 ms doubling to 1 s, never past the holder's lease end or the
+                deadline); ``0`` (default) tries once.
+
+        Raises:
+            LockHeldError: another holder still has it after ``wait`` seconds
+                (``retry_after`` = seconds left of its lease, by the store's clock).
+            ConfigurationError: ``ttl`` not > 0, ``wait`` negative or not finite, or no
+                ``bot_id`` and no update bound.
+            StoreError: the store could not answer.
+        """
+        action = current_action()
+        if action is not None and action.idem is not self:
+            async with action.idem.lock(name, bot_id=bot_id, ttl=ttl, wait=wait) as claim:
+                yield claim
+            return
+        if not (wait >= 0 and math.isfinite(wait)):
+            raise ConfigurationError(f"lock wait must be ≥ 0 seconds, got {wait}")
+        bot = bot_id if bot_id is not None else current_update().bot_id
+        key = self.keys.lock(bot, name)
+        claim = await self._acquire_lock(
+            key, ttl=ttl, wait=wait, owner=action.key if action is not None else None
+        )
+        try:
+            with self._heartbeat(key, claim.token, ttl):
+                yield claim
+        finally:
+            await self._release_quietly(key, claim.token)
+
+    async def _acquire_lock(self, key: str, *, ttl: float, wait: float, owner: str | None) -> Claim:
+        deadline = time.monotonic() + wait
+        delay = 0.02
+        while True:
+            try:
+                # The record outlives the lock (a tombstone after release) so its fencing
+                # token keeps rising: a stalled holder never matches a later holder's.
+                claim = await acquire_lock(
+                    self.store,
+                    key,
+                    ttl=ttl,
+                    retention=max(ttl, self.lock_retention),
+                    owner=owner,
+                )
+            except LockHeldError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _emit_lock(key, "held", exc.record.fencing_token if exc.record else None)
+                    raise
+                await self.sleep(max(min(delay, left, exc.retry_after), 0.001))
+                delay = min(delay * 2, 1.0)
+                continue
+            _emit_lock(key, "acquired", claim.token)
+            return claim
+
+    def chat_lock(
+        self, *, ttl: float = 120.0, name: str = "", wait: float = 0.0
+    ) -> contextlib.AbstractAsyncContextManager[Claim]:
+        """The per-chat lock of the bound update (user for chat-less updates).
+
+        The same lock as ``lock(f"{name}:chat:{chat_id}")``, or ``lock(f"chat:{chat_id}")``
+        with the default ``name=""`` (``user:{user_id}`` for chat-less updates), so
+        the two forms exclude each other. ``ttl`` and ``wait`` are :meth:`lock`'s.
+
+        Raises:
+            ConfigurationError: no update bound, or it has neither chat nor user.
+            LockHeldError: another holder still has this chat's lock after ``wait``.
+        """
+        ctx = current_update()
+        unit = ordering_key(ctx.update)
+        if unit is None:
+            raise ConfigurationError("this update has neither a chat nor a user to lock")
+        return self.lock(f"{name}:{unit}" if name else unit, bot_id=ctx.bot_id, ttl=ttl, wait=wait)
+
+
+def _emit_lock(key: str, decision: str, token: int | None) -> None:
+    ctx = bound_update()
+    emit_decision(
+        boundary="lock",
+        key=key,
+        decision=decision,
+        update=ctx.update if ctx is not None else None,
+        fencing_token=token,
+        bot_id=ctx.bot_id if ctx is not None else None,
+    )
+
+
+def _failure(exc: BaseException) -> bytes:
+    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+
+
+def _stored_failure(record: Record) -> StoredFailureError:
+    info: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, TypeError):
+        info = json.loads(record.result or b"{}")
+    return StoredFailureError(
+        f"{record.key} failed before and its failure was stored: "
+        f"{info.get('type', '?')}: {info.get('message', '')}",
+        key=record.key,
+        record=record,
+        error_type=str(info.get("type", "")),
+        error_message=str(info.get("message", "")),
+    )

@@ -1,0 +1,161 @@
+"""What a store can do beyond the record primitives, declared as protocols.
+
+Every :class:`~telegram_idem.backends._base.Store` claims, completes, fails, releases,
+extends and gets. Some can do more; each such ability is a ``runtime_checkable``
+:class:`~typing.Protocol`, so a third-party store has it by having the method (no base
+class to inherit, nothing to register):
+
+| protocol | method | built-in stores that have it |
+|---|---|---|
+| :class:`HasInbox` | ``inbox() -> Inbox`` | memory, SQLite, PostgreSQL, Redis |
+| :class:`Migratable` | ``async migrate() -> bool \\| None`` | PostgreSQL, DynamoDB |
+| :class:`Purgeable` | ``async purge() -> int`` | SQLite, PostgreSQL |
+
+Ask through the helpers (:func:`has_inbox`, :func:`inbox_of`, :func:`as_migratable`,
+:func:`as_purgeable`): each answers for any object, and the ``as_``/``_of`` ones raise a
+:class:`~telegram_idem.errors.ConfigurationError` naming the store and the ability when
+it is absent.
+
+``Store.inbox()`` stays on the base class (``idem.store.inbox()`` is how a bot reaches its
+inbox), so every store has an ``inbox`` attribute and ``isinstance(store, HasInbox)`` is
+true of each of them; the base's method is marked :func:`absent` and only raises the
+error of :func:`missing`, the one :func:`inbox_of` raises. :func:`has_inbox` is the
+question to ask: true exactly when ``store.inbox()`` returns an inbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar, runtime_checkable
+
+from telegram_idem.errors import ConfigurationError
+from telegram_idem.inbox import Inbox
+
+__all__ = [
+    "HasInbox",
+    "Migratable",
+    "Purgeable",
+    "absent",
+    "as_migratable",
+    "as_purgeable",
+    "has_inbox",
+    "inbox_of",
+    "missing",
+]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+_ABSENT = "__telegram_idem_absent_ability__"
+"""Attribute set on a method by :func:`absent`."""
+
+
+@runtime_checkable
+class HasInbox(Protocol):
+    """A store with a durable inbox beside its records (admission is one transaction
+    with the update guard)."""
+
+    def inbox(self) -> Inbox:
+        """The store's inbox (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class Migratable(Protocol):
+    """A store whose tables are created ahead of use (``telegram-idem migrate URL``)."""
+
+    async def migrate(self) -> bool | None:
+        """Create what the store needs, idempotently.
+
+        Returns:
+            ``True`` if something was created, ``False`` if everything was there, ``None``
+            if the store does not say.
+
+        Raises:
+            StoreError: the store could not answer.
+            ConfigurationError: credentials or privileges do not allow it.
+        """
+        ...
+
+
+@runtime_checkable
+class Purgeable(Protocol):
+    """A store that deletes records past their retention on request (beside its own
+    periodic purge)."""
+
+    async def purge(self) -> int:
+        """Delete one batch of expired records now.
+
+        Returns:
+            How many records were deleted.
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        ...
+
+
+_WHAT: dict[type, str] = {HasInbox: "inbox", Migratable: "migrate()", Purgeable: "purge()"}
+"""How :func:`missing` names each ability."""
+
+
+def absent(method: F) -> F:
+    """Mark ``method`` as a base class's stand-in that only raises: a class whose method
+    is marked does not have the ability (see :func:`has_inbox`)."""
+    setattr(method, _ABSENT, True)
+    return method
+
+
+def missing(store: object, ability: type) -> ConfigurationError:
+    """The error for ``store`` lacking ``ability`` (one of this module's protocols),
+    to raise: ``"<repr(store)> has no <ability> (<ability> of telegram_idem.backends._abilities)"``.
+
+    The store is shown by its ``repr`` (which, for every store, never shows a password).
+    """
+    what = _WHAT.get(ability, ability.__name__)
+    return ConfigurationError(
+        f"{store!r} has no {what} (the {ability.__name__} ability of "
+        "telegram_idem.backends._abilities)"
+    )
+
+
+def has_inbox(store: object) -> bool:
+    """True if ``store.inbox()`` returns an inbox: ``store`` is a :class:`HasInbox` whose
+    ``inbox`` is not a stand-in marked :func:`absent` (the base ``Store.inbox``)."""
+    if not isinstance(store, HasInbox):
+        return False
+    method = getattr(type(store), "inbox", None)
+    return not getattr(method, _ABSENT, False)
+
+
+def inbox_of(store: object) -> Inbox:
+    """``store.inbox()``, asked through :class:`HasInbox`.
+
+    Raises:
+        ConfigurationError: ``store`` has no inbox (the message names it and the ability).
+    """
+    if not has_inbox(store):
+        raise missing(store, HasInbox)
+    assert isinstance(store, HasInbox)
+    return store.inbox()
+
+
+def as_migratable(store: object) -> Migratable:
+    """``store`` as a :class:`Migratable`.
+
+    Raises:
+        ConfigurationError: ``store`` has no ``migrate()`` (the message names it).
+    """
+    if not isinstance(store, Migratable):
+        raise missing(store, Migratable)
+    return store
+
+
+def as_purgeable(store: object) -> Purgeable:
+    """``store`` as a :class:`Purgeable`.
+
+    Raises:
+        ConfigurationError: ``store`` has no ``purge()`` (the message names it).
+    """
+    if not isinstance(store, Purgeable):
+        raise missing(store, Purgeable)
+    return store

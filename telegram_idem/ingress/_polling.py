@@ -1,0 +1,298 @@
+"""getUpdates ingress: claim each batch in one round trip, write it to the inbox, then
+advance the offset.
+
+Telegram keeps an update until a getUpdates call with a higher ``offset`` confirms it
+(Bot API, ``getUpdates``). Admitting the batch *before* asking for the next offset means a
+crash between fetch and processing loses nothing (the batch is re-fetched), and the
+re-fetched batch duplicates nothing (the update guard knows its ids).
+
+An update in progress elsewhere — another shape sharing the store (``FastAckWebhook``,
+the PTB processor) claimed it and may have died, e.g. the replica this one replaces —
+is never confirmed while that claim's lease lives: the offset stays at it, and each poll
+(``error_delay`` doubling to ``error_delay_max`` apart) retries its admission, which
+takes the claim over once the lease has ended. The updates after it in the batch are
+admitted meanwhile (re-fetched, they are duplicates). A holder that keeps renewing its
+lease past ``not_yet_wait`` is alive: the offset then moves on, logged at ERROR.
+
+One bad item never stalls polling: something in a batch that is not an update, or that
+cannot be encoded, is admitted as a rejected entry
+(:func:`~telegram_idem.inbox._entries.rejected_entry`) that the worker dead-letters at
+once, and the offset moves past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from telegram_idem._admission import Admission
+from telegram_idem._guard import Idem
+from telegram_idem._ordering import Ordering
+from telegram_idem._updates import validate_update
+from telegram_idem.errors import StoreError
+from telegram_idem.inbox import NewEntry, new_entry, rejected_entry
+
+__all__ = ["GetUpdates", "PollingIngress"]
+
+log = logging.getLogger("telegram_idem.ingress")
+
+GetUpdates = Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]
+"""``(offset, limit, timeout_seconds) -> updates`` as Bot API dicts."""
+
+
+class PollingIngress:
+    """Long polling into the inbox.
+
+    Args:
+        idem: the guard; its store must have an inbox.
+        get_updates: fetches a batch (e.g. ``aiogram_get_updates(bot)``).
+        bot_id: the bot polled.
+        limit: updates per batch (1–100, Bot API ``getUpdates``).
+        poll_timeout: seconds of long polling per call.
+        error_delay: seconds to wait after the first failed fetch or store outage; the
+            wait doubles with each further failure in a row, up to ``error_delay_max``.
+        error_delay_max: seconds, the longest wait between failed polls.
+        error_log_interval: seconds between the "still failing" lines while failures
+            go on (one line when they start, one when a poll succeeds again).
+        on_admitted: called after a batch admitted anything (e.g. ``worker.notify``).
+        ordering: how entries are ordered (default: chat, split by business connection
+            and forum topic; callback queries in their own lane) —
+            :class:`~telegram_idem._ordering.Ordering`.
+        not_yet_wait: seconds an update in progress elsewhere (another shape sharing
+            the store holds its claim, e.g. a replica being replaced) holds the offset
+            back before the offset moves past it anyway; default two of ``idem``'s
+            leases, so a dead holder's lease has ended and the update is admitted by
+            takeover first.
+    """
+
+    def __init__(
+        self,
+        idem: Idem,
+        get_updates: GetUpdates,
+        *,
+        bot_id: int,
+        limit: int = 100,
+        poll_timeout: float = 25.0,
+        error_delay: float = 1.0,
+        error_delay_max: float = 30.0,
+        error_log_interval: float = 60.0,
+        on_admitted: Callable[[], None] | None = None,
+        ordering: Ordering | None = None,
+        not_yet_wait: float | None = None,
+    ) -> None:
+        self.idem = idem
+        self.inbox = idem.store.inbox()
+        self.get_updates = get_updates
+        self.bot_id = bot_id
+        self.limit = limit
+        self.poll_timeout = poll_timeout
+        self.error_delay = error_delay
+        self.error_delay_max = error_delay_max
+        self.error_log_interval = error_log_interval
+        self.failing_since: float | None = None
+        """When the current run of failed polls began (``time.time()``), or ``None``."""
+        self._failures = 0
+        self._last_failure_log = 0.0
+        self.on_admitted = on_admitted
+        self.ordering = ordering
+        self.not_yet_wait = 2 * idem.lease if not_yet_wait is None else not_yet_wait
+        self.held_since: dict[int, float] = {}
+        """Updates in progress elsewhere that hold the offset back: id → when first
+        found held (``idem.clock()``)."""
+        self._held_polls = 0
+        self.offset: int | None = None
+        self.admitted = 0
+        self.duplicates = 0
+        self.not_yet = 0
+        self.rejected = 0
+
+    async def poll_once(self) -> int:
+        """Fetch one batch, admit it, advance the offset; returns updates fetched.
+
+        An item that is not an update (no integer ``update_id``) or cannot be encoded is
+        admitted as a rejected entry (a dead letter at its first take, logged at ERROR);
+        the offset moves past every integer ``update_id`` of the batch, except that it
+        stays at the smallest update in progress elsewhere (see the module docstring).
+
+        Raises:
+            StoreError: the batch could not be admitted (the offset did not move).
+            Exception: whatever ``get_updates`` raised.
+        """
+        return await self._admit(await self._fetch())
+
+    async def _fetch(self) -> list[Any]:
+        return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+
+    async def _admit(self, batch: list[Any]) -> int:
+        """Admit ``batch``, then move the offset past it; returns its length."""
+        if not batch:
+            return 0
+        entries = [self._entry(item) for item in batch]
+        admissions = await self.idem.admit_to_inbox(
+            [e for e, _ in entries], [u for _, u in entries], bot_id=self.bot_id, inbox=self.inbox
+        )
+        outcomes = [a.outcome for a in admissions]
+        for a in admissions:
+            if a.outcome is Admission.UNAVAILABLE:  # not admitted (or not told apart)
+                assert a.error is not None
+                raise a.error  # the offset stays: the batch is fetched again
+        admitted = outcomes.count(Admission.RUN)
+        self.admitted += admitted
+        self.duplicates += outcomes.count(Admission.DUPLICATE)
+        self.not_yet += outcomes.count(Admission.NOT_YET)
+        ids = [_update_id(item) for item in batch]
+        held = self._held_elsewhere(
+            [uid for uid, o in zip(ids, outcomes, strict=True) if o is Admission.NOT_YET]
+        )
+        known = [i for i in ids if i is not None]
+        if held is not None:
+            # Not past it: getUpdates confirms every update below the offset.
+            self.offset = max(held, self.offset or 0)
+        elif known:
+            self.offset = max(max(known) + 1, self.offset or 0)
+        else:
+            log.error("a getUpdates batch without any integer update_id: offset kept")
+        if admitted and self.on_admitted is not None:
+            self.on_admitted()
+        return len(batch)
+
+    def _held_elsewhere(self, not_yet: list[int | None]) -> int | None:
+        """The smallest update id the offset must stay at, or ``None``.
+
+        ``not_yet`` are the batch's updates in progress elsewhere. Each is waited for
+        (the offset kept at it, its admission retried at every poll) from the first poll
+        that found it held until ``not_yet_wait`` seconds later; then the offset moves
+        past it, logged at ERROR.
+        """
+        now = self.idem.clock()
+        # Each such admission is logged (WARNING) by Idem.admit_to_inbox.
+        since = {uid: self.held_since.get(uid, now) for uid in not_yet if uid is not None}
+        waiting = {}
+        for uid, first in since.items():
+            if now - first < self.not_yet_wait:
+                waiting[uid] = first
+            else:
+                log.error(
+                    "update %s is still in progress elsewhere after %.0f s (its holder "
+                    "keeps renewing its lease): the offset moves past it, so only that "
+                    "holder can still process it",
+                    uid,
+                    now - first,
+                )
+        self.held_since = waiting
+        if not waiting:
+            self._held_polls = 0
+            return None
+        self._held_polls += 1
+        return min(waiting)
+
+    def hold_delay(self) -> float:
+        """Seconds to wait before polling again while an update is held elsewhere:
+        ``error_delay`` doubling with each such poll, up to ``error_delay_max``."""
+        exponent = max(self._held_polls - 1, 0)
+        return float(min(self.error_delay * 2.0 ** min(exponent, 30), self.error_delay_max))
+
+    def _entry(self, item: object) -> tuple[NewEntry, dict[str, Any] | None]:
+        try:
+            update = validate_update(item)
+            return new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering), update
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "update %s rejected (kept as a dead letter, offset moves on): %s",
+                _update_id(item),
+                error,
+            )
+            self.rejected += 1
+            return rejected_entry(self.idem, item, bot_id=self.bot_id, error=error), None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set.
+
+        Stopping is prompt: a long poll in flight when ``stop`` is set is cancelled at
+        once (not waited out for up to ``poll_timeout`` seconds), and so is the
+        ``error_delay`` pause. Nothing is lost by it: Telegram keeps an update until a
+        later ``getUpdates`` confirms it with a higher ``offset`` (Bot API,
+        ``getUpdates``), and the offset moves only after a batch is admitted, so a batch
+        fetched but not admitted is sent again at the next poll. A batch that has
+        arrived when ``stop`` is set is still admitted before ``run`` returns.
+
+        While an update is held elsewhere (the offset kept at it), the next poll waits
+        :meth:`hold_delay` seconds.
+        A failed fetch or a store outage (the batch not admitted, offset kept) is retried
+        with backoff (``error_delay`` doubling to ``error_delay_max``), logged once when
+        failures start, once per ``error_log_interval`` while they go on, and once when a
+        poll succeeds again.
+        Cancelling ``run`` cancels the poll in flight too.
+        """
+        stopping = asyncio.ensure_future(stop.wait())
+        fetch: asyncio.Future[list[Any]] | None = None
+        try:
+            while not stop.is_set():
+                fetch = asyncio.ensure_future(self._fetch())
+                await asyncio.wait({fetch, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    return  # stopped mid-poll: the finally clause cancels the fetch
+                try:
+                    await self._admit(fetch.result())
+                except StoreError as exc:
+                    self._failed(f"store outage: batch not admitted, offset kept: {exc}")
+                    await self._pause(stopping)
+                except Exception as exc:
+                    self._failed(f"getUpdates failed: {type(exc).__name__}: {exc}")
+                    await self._pause(stopping)
+                else:
+                    self._recovered()
+                    if self.held_since:
+                        await asyncio.wait({stopping}, timeout=self.hold_delay())
+        finally:
+            stopping.cancel()
+            if fetch is not None and not fetch.done():
+                fetch.cancel()
+                await asyncio.wait({fetch})  # let it end; its CancelledError is its own
+                if not fetch.cancelled():
+                    fetch.exception()  # ended otherwise: a batch not admitted, fetched again
+
+    def _failed(self, what: str) -> None:
+        """Count a failed poll; log when failures start and once per interval after."""
+        self._failures += 1
+        now = time.time()
+        if self.failing_since is None:
+            self.failing_since = now
+            self._last_failure_log = now
+            log.warning("%s (retrying with backoff)", what)
+        elif now - self._last_failure_log >= self.error_log_interval:
+            self._last_failure_log = now
+            log.warning(
+                "still failing since %s (%d polls): %s",
+                time.strftime("%H:%M:%S", time.localtime(self.failing_since)),
+                self._failures,
+                what,
+            )
+
+    def _recovered(self) -> None:
+        if self.failing_since is not None:
+            log.warning(
+                "polling works again after %.1f s (%d failed polls)",
+                time.time() - self.failing_since,
+                self._failures,
+            )
+        self.failing_since = None
+        self._failures = 0
+
+    def retry_delay(self) -> float:
+        """Seconds to wait after the current run of failed polls."""
+        exponent = max(self._failures - 1, 0)
+        return float(min(self.error_delay * 2.0 ** min(exponent, 30), self.error_delay_max))
+
+    async def _pause(self, stopping: asyncio.Future[Any]) -> None:
+        """Wait :meth:`retry_delay` seconds, or less if ``stop`` is set meanwhile."""
+        await asyncio.wait({stopping}, timeout=self.retry_delay())
+
+
+def _update_id(item: object) -> int | None:
+    uid = item.get("update_id") if isinstance(item, dict) else None
+    return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
