@@ -41,7 +41,7 @@ from aiohttp import web
 from telegram_idem import Idem, idempotent
 from telegram_idem.adapters.aiogram import IdempotencyMiddleware, inbox_dispatch
 from telegram_idem.inbox import InboxWorker
-from telegram_idem.ingress import WebhookIngress
+from telegram_idem.ingress import WebhookIngress, register
 
 PROMPT = "Approve the order?"
 APPROVED = "Order approved ✅"
@@ -100,24 +100,25 @@ def build_app(
     dp.include_router(router)
 
     worker = InboxWorker(idem.store.inbox(), inbox_dispatch(dp, bot), concurrency=8, lease=60)
-    ingress = WebhookIngress(idem, bot_id=bot.id, secret_token=secret, on_admitted=worker.notify)
+    ingress = WebhookIngress(idem, bot_id=bot.id, secret_token=secret)
 
     async def on_startup(_app: web.Application) -> None:
         await dp.emit_startup(bot=bot)  # a wiring mistake raises here, before any update
-        worker.start()  # the worker tasks, in the running loop
         if webhook_url:
             await bot.set_webhook(webhook_url, secret_token=secret)
 
-    async def on_shutdown(_app: web.Application) -> None:
-        await worker.stop(grace=30)  # in-flight entries finish for 30 s, the rest go back
+    async def on_cleanup(_app: web.Application) -> None:
         await dp.emit_shutdown(bot=bot)
         await bot.session.close()
         await idem.close()
 
     app = web.Application()
-    app.router.add_post("/webhook", ingress.handle)
+    # POST /webhook feeds the inbox; the worker starts with the app and stops with it
+    # (in-flight entries finish within its grace, the rest go back to the inbox), and
+    # wakes as soon as an update is admitted.
+    register(app, "/webhook", ingress, worker=worker)
     app.on_startup.append(on_startup)
-    app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
     return app
 
 

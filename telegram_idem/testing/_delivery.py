@@ -34,11 +34,11 @@ import aiohttp
 
 from telegram_idem.testing._payloads import (
     FIXTURES,
-    _update_id,
     fixture_names,
     load_fixture,
     load_update,
     make_double_tap,
+    update_id_of,
 )
 
 __all__ = [
@@ -197,7 +197,7 @@ class TelegramDelivery:
         The body is serialised once, so re-sends are byte-identical. Raises `ValueError`
         without an int ``update_id``; network failures are recorded, never raised.
         """
-        update_id = _update_id(update)
+        update_id = update_id_of(update)
         body = json.dumps(update, ensure_ascii=False).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         if self.secret_token is not None:

@@ -27,31 +27,31 @@ async def serve_app(app: web.Application, *, host: str = "127.0.0.1") -> tuple[w
 class LoopbackServer:
     """A fake server's lifecycle: ``start()`` / ``close()`` / ``async with`` / ``url``.
 
-    Subclasses build their app in :meth:`_make_app` and may act before closing in
-    :meth:`_before_close`.
+    Subclasses build their app in :meth:`make_app` and may act before closing in
+    :meth:`before_close`.
     """
 
     def __init__(self) -> None:
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
 
-    def _make_app(self) -> web.Application:
+    def make_app(self) -> web.Application:
         raise NotImplementedError
 
-    async def _before_close(self) -> None:
+    async def before_close(self) -> None:
         """Called once before the server stops (e.g. to answer pending long polls)."""
 
     async def start(self) -> None:
         """Bind ``127.0.0.1`` on a free port and serve. Raises `RuntimeError` if started."""
         if self._runner is not None:
             raise RuntimeError(f"{type(self).__name__} already started")
-        self._runner, self._url = await serve_app(self._make_app())
+        self._runner, self._url = await serve_app(self.make_app())
 
     async def close(self) -> None:
         """Stop serving. Idempotent."""
         if self._runner is None:
             return
-        await self._before_close()
+        await self.before_close()
         runner, self._runner = self._runner, None
         await runner.cleanup()
 

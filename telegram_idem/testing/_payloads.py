@@ -16,13 +16,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIXTURES", "fixture_names", "load_fixture", "load_update", "make_double_tap"]
+__all__ = [
+    "FIXTURES",
+    "fixture_names",
+    "load_fixture",
+    "load_update",
+    "make_double_tap",
+    "update_id_of",
+]
 
 FIXTURES: Path = Path(__file__).resolve().parent / "fixtures" / "updates"
 """Directory of the shipped update payloads (``<name>.json`` plus a README)."""
 
 
-def _update_id(update: Mapping[str, Any]) -> int:
+def update_id_of(update: Mapping[str, Any]) -> int:
+    """The integer ``update_id`` of ``update``.
+
+    Raises:
+        ValueError: none, or not an integer (a bool is not one).
+    """
     update_id = update.get("update_id")
     if not isinstance(update_id, int) or isinstance(update_id, bool):
         raise ValueError("an update needs an integer update_id")
@@ -42,7 +54,7 @@ def make_double_tap(
     numeric strings); ``from``, ``message``/``inline_message_id``, ``chat_instance`` and
     ``data`` are unchanged. Raises `ValueError` if the update is not a ``callback_query``.
     """
-    original_id = _update_id(callback_update)
+    original_id = update_id_of(callback_update)
     query = callback_update.get("callback_query")
     if not isinstance(query, Mapping) or "id" not in query:
         raise ValueError("not a callback_query update")
@@ -63,7 +75,7 @@ def load_update(path: str | os.PathLike[str]) -> dict[str, Any]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: an update is a JSON object")
-    _update_id(data)
+    update_id_of(data)
     return data
 
 

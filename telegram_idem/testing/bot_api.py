@@ -255,13 +255,13 @@ class FakeBotAPI(LoopbackServer):
 
     # ----------------------------------------------------------------- lifecycle
 
-    def _make_app(self) -> web.Application:
+    def make_app(self) -> web.Application:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self._closing.clear()
         return app
 
-    async def _before_close(self) -> None:
+    async def before_close(self) -> None:
         """Pending ``getUpdates`` long polls answer ``[]`` before the server stops."""
         self._closing.set()
         self._updates_changed.set()
@@ -716,7 +716,7 @@ async def _serve(args: argparse.Namespace, updates: list[dict[str, Any]]) -> Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(fake._make_app(), shutdown_timeout=1.0, access_log=None)
+    runner = web.AppRunner(fake.make_app(), shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, args.host, args.port)
@@ -724,7 +724,7 @@ async def _serve(args: argparse.Namespace, updates: list[dict[str, Any]]) -> Non
         host, port = runner.addresses[0][:2]
         print(f"http://{host}:{port}", flush=True)
         await stop.wait()
-        await fake._before_close()  # pending long polls answer [] before the server stops
+        await fake.before_close()  # pending long polls answer [] before the server stops
     finally:
         await runner.cleanup()
 

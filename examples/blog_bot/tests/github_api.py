@@ -153,7 +153,7 @@ class FakeGitHub(LoopbackServer):
 
     # ----------------------------------------------------------------- lifecycle
 
-    def _make_app(self) -> web.Application:
+    def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=100 * 1024 * 1024)
         base = "/repos/{owner}/{repo}"
         routes = [
