@@ -72,6 +72,12 @@ class Store(abc.ABC):
     """Every exception class of the driver; one not listed above is an unexpected
     :class:`StoreError`."""
 
+    _nothing_to_translate: ClassVar[bool] = False
+    """No driver exception to translate (``driver_errors``, ``config_errors`` and
+    ``driver_base`` empty, ``_translate`` not overridden): the public methods run the
+    primitive as it is, without :meth:`_call`'s frame (memory's hot path). Set at class
+    creation."""
+
     def __init_subclass__(cls, *, schemes: Sequence[str] | None = None, **kwargs: object) -> None:
         """Register the schemes the class declares (:mod:`telegram_idem.backends._registry`).
 
@@ -84,6 +90,10 @@ class Store(abc.ABC):
                 another class serves.
         """
         super().__init_subclass__(**kwargs)
+        cls._nothing_to_translate = (
+            not (cls.driver_errors or cls.config_errors or cls.driver_base)
+            and cls._translate is Store._translate
+        )
         if schemes is not None and "schemes" in cls.__dict__:
             raise ConfigurationError(
                 f"{cls.__qualname__}: declare schemes once (the class keyword or the attribute)"
@@ -146,6 +156,8 @@ class Store(abc.ABC):
         """
         _check_times(lease, retention)
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._claim(key, fingerprint, lease, retention)
         return await self._call("claim", lambda: self._claim(key, fingerprint, lease, retention))
 
     async def claim_many(
@@ -161,6 +173,8 @@ class Store(abc.ABC):
         if len(set(keys)) != len(keys):
             raise ConfigurationError("claim_many needs distinct keys")
         bounded = [bounded_key(k) for k in keys]
+        if self._nothing_to_translate:
+            return await self._claim_many(bounded, lease, retention)
         return await self._call("claim_many", lambda: self._claim_many(bounded, lease, retention))
 
     async def complete(self, key: str, token: int, result: bytes, *, retention: float) -> bool:
@@ -176,6 +190,8 @@ class Store(abc.ABC):
             StoreError: the store could not answer.
         """
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._complete(key, token, result, retention)
         return await self._call("complete", lambda: self._complete(key, token, result, retention))
 
     async def fail(self, key: str, token: int, error: bytes, *, retention: float) -> bool:
@@ -184,6 +200,8 @@ class Store(abc.ABC):
         Returns ``False`` if not held. Raises :class:`StoreError` on outage.
         """
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._fail(key, token, error, retention)
         return await self._call("fail", lambda: self._fail(key, token, error, retention))
 
     async def release(self, key: str, token: int) -> bool:
@@ -192,6 +210,8 @@ class Store(abc.ABC):
         Returns ``False`` if ``token`` no longer holds the key. Raises :class:`StoreError`.
         """
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._release(key, token)
         return await self._call("release", lambda: self._release(key, token))
 
     async def extend(self, key: str, token: int, *, lease: float) -> bool:
@@ -200,11 +220,15 @@ class Store(abc.ABC):
         Returns ``False`` if not held. Raises :class:`StoreError` on outage.
         """
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._extend(key, token, lease)
         return await self._call("extend", lambda: self._extend(key, token, lease))
 
     async def get(self, key: str) -> Record | None:
         """The live record of ``key``, or ``None``. Raises :class:`StoreError` on outage."""
         key = bounded_key(key)
+        if self._nothing_to_translate:
+            return await self._get(key)
         return await self._call("get", lambda: self._get(key))
 
     async def now(self) -> float:

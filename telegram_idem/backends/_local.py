@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from telegram_idem import machine
 from telegram_idem._clock import Clock
@@ -74,17 +74,33 @@ class LocalStore(Store):
     async def _read(self, key: str) -> Record | None:
         """The stored record of ``key`` (expired or not), read without the write lock."""
 
+    in_loop: ClassVar[bool] = False
+    """``True`` when a body run over :meth:`_records_now` without awaiting is atomic (the
+    records live in this event loop's thread: memory). The loop then skips one
+    coroutine per primitive; the decision is the same."""
+
+    def _records_now(self) -> tuple[RecordAccess, float]:
+        """The records and the store's time, for an ``in_loop`` store: a body that does
+        not await is atomic over them."""
+        raise NotImplementedError
+
     async def _claim(
         self, key: str, fingerprint: str | None, lease: float, retention: float
     ) -> Claim:
+        if self.in_loop:
+            records, now = self._records_now()
+            return _claim_in(records, key, fingerprint, lease, retention, now)
         return await self._transaction(
             lambda records, now: _claim_in(records, key, fingerprint, lease, retention, now)
         )
 
     async def _claim_many(self, keys: Sequence[str], lease: float, retention: float) -> list[Claim]:
-        return await self._transaction(
-            lambda records, now: [_claim_in(records, k, None, lease, retention, now) for k in keys]
-        )
+        def body(records: RecordAccess, now: float) -> list[Claim]:
+            return [_claim_in(records, k, None, lease, retention, now) for k in keys]
+
+        if self.in_loop:
+            return body(*self._records_now())
+        return await self._transaction(body)
 
     async def _update(self, key: str, step: Step) -> bool:
         def body(records: RecordAccess, now: float) -> bool:
@@ -94,6 +110,8 @@ class LocalStore(Store):
             records.write(new)
             return True
 
+        if self.in_loop:
+            return body(*self._records_now())
         return await self._transaction(body)
 
     async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool:

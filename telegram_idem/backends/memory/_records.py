@@ -84,8 +84,13 @@ class MemoryStore(LocalStore):
     def __len__(self) -> int:
         return len(self._records)
 
+    in_loop = True  # a dict of this event loop: a body without await is atomic
+
+    def _records_now(self) -> tuple[RecordAccess, float]:
+        return self._records, self._local_clock()
+
     async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
-        return body(self._records, self.clock())
+        return body(self._records, self._local_clock())
 
     async def _read(self, key: str) -> Record | None:
         return self._records.read(key)

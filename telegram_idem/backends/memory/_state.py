@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections.abc import Callable
 
 from telegram_idem._clock import Clock
 from telegram_idem._records import Record
@@ -48,13 +49,12 @@ class MemoryRecords:
         self._last_report: float | None = None
         self._records: dict[str, Record] = {}
         self._expiry: list[tuple[float, str]] = []
+        self.read: Callable[[str], Record | None] = self._records.get
+        """``read(key)``: the stored record of ``key``, expired or not (the dict's own
+        ``get``: no Python frame on the store's hot path)."""
 
     def __len__(self) -> int:
         return len(self._records)
-
-    def read(self, key: str) -> Record | None:
-        """The stored record of ``key``, expired or not."""
-        return self._records.get(key)
 
     def write(self, record: Record) -> None:
         """Store ``record`` as is, then evict: the expired records, and the ones closest
