@@ -315,7 +315,13 @@ async def claim_update(host: AdmissionHost, update: Mapping[str, Any], *, bot_id
         MalformedUpdateError: no integer ``update_id``.
         StoreError: the store could not answer.
     """
-    key = host.keys.update(bot_id, _update_id(update))
+    return await _claim_key(host, host.keys.update(bot_id, _update_id(update)), update, bot_id)
+
+
+async def _claim_key(
+    host: AdmissionHost, key: str, update: Mapping[str, Any], bot_id: int
+) -> Claim:
+    """:func:`claim_update` of the update's key ``key``, already made."""
     started = time.perf_counter()
     claim = await host.store.claim(key, lease=host.lease, retention=host.update_retention)
     emit_decision(
@@ -331,14 +337,16 @@ async def claim_update(host: AdmissionHost, update: Mapping[str, Any], *, bot_id
 
 
 async def _claim_waiting(
-    host: AdmissionHost, update: Mapping[str, Any], *, bot_id: int, wait: float
+    host: AdmissionHost, key: str, update: Mapping[str, Any], *, bot_id: int, wait: float
 ) -> Claim:
     """Claim, looking again with backoff (50 ms doubling to 1 s) while the claim is in
     progress, until ``wait`` seconds have passed."""
     deadline = time.monotonic() + wait
     delay = 0.05
     while True:
-        claim = await claim_update(host, update, bot_id=bot_id)
+        claim = await _claim_key(host, key, update, bot_id)
+        if claim.outcome is not Outcome.IN_PROGRESS or wait <= 0:
+            return claim
         left = deadline - time.monotonic()
         if claim.outcome is not Outcome.IN_PROGRESS or left <= 0:
             return claim
@@ -356,7 +364,7 @@ async def admit(
     store_policy: StorePolicyLike = StorePolicy.FAIL_CLOSED,
 ) -> Admitted:
     """:meth:`telegram_idem.Idem.admit` (see there)."""
-    policy = StorePolicy.of(store_policy)
+    policy = store_policy if isinstance(store_policy, StorePolicy) else StorePolicy.of(store_policy)
     uid = _update_id(update)
     key = host.keys.update(bot_id, uid)
     if policy is StorePolicy.FAIL_OPEN:
@@ -366,7 +374,7 @@ async def admit(
     down_since: float | None = None
     while True:
         try:
-            claim = await _claim_waiting(host, update, bot_id=bot_id, wait=wait)
+            claim = await _claim_waiting(host, key, update, bot_id=bot_id, wait=wait)
         except StoreError as exc:
             left = outage_deadline - time.monotonic()
             if left > 0:
