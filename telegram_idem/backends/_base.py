@@ -92,7 +92,7 @@ class Store(abc.ABC):
         super().__init_subclass__(**kwargs)
         cls._nothing_to_translate = (
             not (cls.driver_errors or cls.config_errors or cls.driver_base)
-            and cls._translate is Store._translate
+            and cls._translate.__qualname__ == "Store._translate"  # not overridden
         )
         if schemes is not None and "schemes" in cls.__dict__:
             raise ConfigurationError(
