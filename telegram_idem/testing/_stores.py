@@ -325,7 +325,7 @@ def _postgres_dsn(url: str) -> str:
 
 
 async def _purge_postgres(store: Any, url: str, prefix: str) -> int:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     conn = await asyncpg.connect(_postgres_dsn(url), timeout=10.0)
     try:

@@ -280,12 +280,10 @@ async def test_invoke_without_an_answer_is_503_and_still_runs_once(
     assert answer["statusCode"] == 200 and answer["body"] == "queued"
     lost, queued = client.payloads  # the "lost" one had been queued after all
     assert (lost["claim"]["token"], queued["claim"]["token"]) == (1, 2)
-    first, second = await asyncio.gather(
+    answers = await asyncio.gather(
         offload.handle(lost, None), offload.handle(queued, None), return_exceptions=True
     )
-    outcomes = sorted(
-        [r["body"] if isinstance(r, dict) else type(r).__name__ for r in (first, second)]
-    )
+    outcomes = sorted(r["body"] if isinstance(r, dict) else type(r).__name__ for r in answers)
     assert outcomes in (["UpdateInProgressError", "processed"], ["processed", "skipped"])
     for event in (lost, queued):  # Lambda's retries, after the run completed
         assert (await offload.handle(event, None))["body"] == "skipped"

@@ -67,7 +67,8 @@ def test_outcomes_of_claims_and_of_refused_inbox_admissions() -> None:
 def test_store_policy_takes_its_string_values_and_refuses_others() -> None:
     assert StorePolicy.of("fail_open") is StorePolicy.FAIL_OPEN
     assert StorePolicy.of(StorePolicy.FAIL_CLOSED) is StorePolicy.FAIL_CLOSED
-    assert StorePolicy.FAIL_CLOSED == "fail_closed"  # old call sites compare strings
+    as_string: str = StorePolicy.FAIL_CLOSED  # old call sites hold it as a str...
+    assert as_string == "fail_closed"  # ...and compare it with the string value
     with pytest.raises(ConfigurationError, match="fail-open"):
         StorePolicy.of("fail-open")  # type: ignore[arg-type]
 

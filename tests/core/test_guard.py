@@ -370,7 +370,7 @@ async def test_steps_and_locks_use_the_idem_running_the_action(
         async with module_idem.lock("post:chat:42", bot_id=BOT, ttl=120) as lock:
             held = await store.get(lock.record.key)
             assert held is not None and held.fencing_token == lock.token
-            sent = await module_idem.step("send", body)
+            sent: str = await module_idem.step("send", body)
         if fails.pop(0) if fails else False:
             raise RuntimeError("a later step failed")
         return sent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -140,6 +141,7 @@ async def test_malformed_update_is_rejected_by_the_guard(store: Store, clock: Ma
     idem = Idem(store, clock=clock, heartbeat=False)
     with pytest.raises(MalformedUpdateError):
         await idem.claim_update({"update_id": "1"}, bot_id=BOT)
+    malformed: Mapping[str, object]
     for malformed in ({"message": {}}, {"update_id": True}, {"update_id": 1.0}):
         with pytest.raises(MalformedUpdateError):
             await idem.admit(malformed, bot_id=BOT)

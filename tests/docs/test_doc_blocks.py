@@ -147,7 +147,7 @@ def test_the_deploy_pages_have_complete_programs() -> None:
 def test_every_block_compiles_and_its_imports_import(block: Block) -> None:
     tree = ast.parse(block.code, block.id)  # a SyntaxError names page and line
     compiled(block)
-    imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    imports: list[ast.stmt] = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     namespace: dict[str, Any] = {}
     sys.path.insert(0, str(ROOT / "docs"))
     try:

@@ -156,7 +156,11 @@ async def test_a_stopped_worker_starts_again(inbox: Inbox) -> None:
     for update_id in (1, 2):
         async with worker:
             await inbox.admit(entry(update_id), retention=RETENTION)
-            await until(lambda n=update_id: len(dispatch.seen) == n)
+
+            def dispatched(n: int = update_id) -> bool:
+                return len(dispatch.seen) == n
+
+            await until(dispatched)
     assert dispatch.seen == [1, 2]
 
 

@@ -159,7 +159,7 @@ async def test_an_entry_taken_while_the_worker_stops_goes_back_at_once() -> None
             return await inner.take(lease=lease)
 
     slow = SlowTake(store)
-    slow._entries = inner._entries  # type: ignore[attr-defined]
+    slow._entries = inner._entries
     await inner.admit(entry(1, "chat:a"), retention=RETENTION)
 
     async def dispatch(update: dict[str, Any]) -> None:

@@ -58,7 +58,9 @@ class _CountingProtocol:
 
 
 def counting_connection_class(trips: Trips) -> type[Connection]:
-    class CountingConnection(Connection):  # type: ignore[misc]
+    class CountingConnection(Connection):
+        _protocol: Any  # a slot of Connection; asyncpg-stubs give it no type
+
         def __init__(self, protocol: Any, *args: Any, **kwargs: Any) -> None:
             super().__init__(protocol, *args, **kwargs)
             self._protocol = _CountingProtocol(self._protocol, trips)

@@ -94,7 +94,8 @@ async def test_any_object_with_the_method_has_the_ability() -> None:
 async def test_as_purgeable_hands_back_the_store(tmp_path: Path) -> None:
     store = store_from_url(f"sqlite:///{tmp_path / 'p.db'}")
     try:
-        assert as_purgeable(store) is store
+        purgeable: object = as_purgeable(store)  # a Purgeable, seen as any object
+        assert purgeable is store
         assert await as_purgeable(store).purge() == 0
         with pytest.raises(ConfigurationError, match=r"SQLiteStore\(.*\) has no migrate\(\)"):
             as_migratable(store)

@@ -12,7 +12,7 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,7 +51,10 @@ def prefix_of(url: str) -> str:
 async def table_exists(prefix: str) -> bool:
     conn = await asyncpg.connect(postgres_dsn())
     try:
-        return await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{prefix}_records")
+        exists: bool = await conn.fetchval(
+            "SELECT to_regclass($1) IS NOT NULL", f"{prefix}_records"
+        )
+        return exists
     finally:
         await conn.close()
 
@@ -144,12 +147,13 @@ async def test_each_primitive_is_one_round_trip(
     assert trips.names == ["bind_execute"], "conflict"
 
     second = await store.claim("k2", lease=LEASE, retention=RETENTION)
-    for name, call in [
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
         ("extend", lambda: store.extend("k2", second.token, lease=LEASE)),
         ("release", lambda: store.release("k2", second.token)),
         ("get", lambda: store.get("k2")),
         ("stale complete", lambda: store.complete("k2", 999, b"x", retention=RETENTION)),
-    ]:
+    ]
+    for name, call in calls:
         trips.clear()
         await call()
         assert trips.names == ["bind_execute"], name

@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -151,22 +151,24 @@ async def test_every_inbox_call_is_one_round_trip(
     assert await inbox.take(lease=LEASE) is None
     assert trips.names == ["bind_execute"], "take (nothing takeable)"
 
-    for name, call in [
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
         ("extend", lambda: inbox.extend(taken, lease=LEASE)),
         ("retry", lambda: inbox.retry(taken, delay=0, error="e")),
         ("stale ack", lambda: inbox.ack(taken)),
         ("depth", lambda: inbox.depth()),
         ("dead_letters", lambda: inbox.dead_letters()),
-    ]:
+    ]
+    for name, call in calls:
         trips.clear()
         await call()
         assert trips.names == ["bind_execute"], name
     again = await inbox.take(lease=LEASE)
     assert again is not None
-    for name, call in [
+    calls = [
         ("bury", lambda: inbox.bury(again, error="e")),
         ("redrive", lambda: inbox.redrive(again.id)),
-    ]:
+    ]
+    for name, call in calls:
         trips.clear()
         assert await call()
         assert trips.names == ["bind_execute"], name

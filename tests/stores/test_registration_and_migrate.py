@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -28,7 +29,7 @@ from telegram_idem.backends.memory import MemoryStore
 class _Delegating(Store):
     """A custom store (as a bot author writes one): records kept by a MemoryStore."""
 
-    schemes = ("idemtest", "idemtest+b")
+    schemes: ClassVar[tuple[str, ...]] = ("idemtest", "idemtest+b")
     driver_errors = ()
 
     def __init__(self, url: str, clock: Clock | None) -> None:

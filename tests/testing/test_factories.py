@@ -34,6 +34,17 @@ PTB_UNKNOWN_OK = {"can_send_welcome_messages"}
 
 Build = Callable[[UpdateFactory], dict[str, Any]]
 
+
+def member_becomes(status: str) -> Build:
+    """A builder of a ``chat_member`` update moving a member to ``status``."""
+    return lambda f: f.chat_member(old_status="member", new_status=status)
+
+
+def recorded(name: str) -> Build:
+    """A builder of the shipped recorded update ``name``."""
+    return lambda f: f.recorded(name)
+
+
 BUILDERS: dict[str, Build] = {
     "message": lambda f: f.message("hello"),
     "command": lambda f: f.command("/techpost", "Exactly once"),
@@ -61,12 +72,10 @@ BUILDERS: dict[str, Build] = {
     "message_reaction": lambda f: f.message_reaction("👍", old="🔥"),
     "message_reaction_removed": lambda f: f.message_reaction([]),
     **{
-        f"chat_member_{status}": (
-            lambda f, s=status: f.chat_member(old_status="member", new_status=s)
-        )
+        f"chat_member_{status}": member_becomes(status)
         for status in ("creator", "administrator", "member", "restricted", "left", "kicked")
     },
-    **{f"recorded_{name}": (lambda f, n=name: f.recorded(n)) for name in fixture_names()},
+    **{f"recorded_{name}": recorded(name) for name in fixture_names()},
 }
 
 

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver

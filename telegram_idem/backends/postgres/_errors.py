@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg  # type: ignore[import-untyped]
-import asyncpg.exceptions  # type: ignore[import-untyped]
+import asyncpg
+import asyncpg.exceptions
 
 from telegram_idem.backends._driver import DriverErrors, describe_error
 from telegram_idem.errors import ConfigurationError, IdemError

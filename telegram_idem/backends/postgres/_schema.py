@@ -276,7 +276,7 @@ async def migrate(
             "migrate() takes a plain DSN; for a store URL with options use "
             "`telegram-idem migrate URL` or PostgresStore.from_url(url).migrate()"
         )
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     connection = await asyncpg.connect(dsn, **(connect_kwargs or {}))
     try:
