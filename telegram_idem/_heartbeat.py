@@ -79,6 +79,12 @@ class _Ticker:
             await asyncio.sleep(0)
 
     async def _beat(self, hid: int, holder: _Holder) -> None:
+        if hid not in self._holders:
+            # The holder left between this beat's scheduling and its start, and may have
+            # released already: an extend now would renew a released lease (a holder
+            # past its lease may still extend), holding the key for one more lease.
+            holder.beating = False
+            return
         try:
             held = await holder.extend()
         except Exception:  # an outage must not kill the work; completion will tell

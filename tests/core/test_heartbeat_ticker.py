@@ -20,3 +20,19 @@ async def test_the_ticker_task_ends_when_the_last_holder_leaves() -> None:
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert all(task.done() for task in tickers)
+
+
+async def test_a_beat_scheduled_before_the_holder_left_does_not_extend() -> None:
+    calls: list[str] = []
+
+    async def extend() -> bool:
+        calls.append("extend")
+        return True
+
+    # A beat due at once is scheduled on the ticker's first look; the block ends (and
+    # the caller would release) before that beat task gets to run.
+    with heartbeat(extend, interval=0.0, name="k"):
+        await asyncio.sleep(0)  # the ticker runs and schedules the beat task
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert calls == []
