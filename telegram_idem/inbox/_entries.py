@@ -19,16 +19,14 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from telegram_idem._context import Guard
 from telegram_idem._keys import bounded_key
 from telegram_idem._ordering import DEFAULT_ORDERING, Ordering, OrderingUnit
 from telegram_idem._updates import validate_update
 from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError
 from telegram_idem.inbox._base import NewEntry
-
-if TYPE_CHECKING:
-    from telegram_idem._guard import Idem
 
 __all__ = [
     "DEFAULT_ORDERING",
@@ -57,7 +55,7 @@ def encode_update(update: Mapping[str, Any]) -> bytes:
 
 
 def new_entry(
-    idem: Idem, update: dict[str, Any], *, bot_id: int, ordering: Ordering | None = None
+    idem: Guard, update: dict[str, Any], *, bot_id: int, ordering: Ordering | None = None
 ) -> NewEntry:
     """The inbox entry for a validated update.
 
@@ -91,7 +89,7 @@ def new_entry(
     )
 
 
-def rejected_entry(idem: Idem, raw: object, *, bot_id: int, error: str) -> NewEntry:
+def rejected_entry(idem: Guard, raw: object, *, bot_id: int, error: str) -> NewEntry:
     """An entry that keeps something fetched as an update but unusable, for the operator.
 
     Its payload is ``{"telegram_idem_rejected": error, "raw": <raw as JSON, or its repr>}``
