@@ -76,7 +76,7 @@ clock sent as the last parameter (see :mod:`telegram_idem.backends.postgres._sql
 from __future__ import annotations
 
 from telegram_idem.backends.postgres._schema import INBOX_COLUMNS
-from telegram_idem.backends.postgres._sql import NOW_CTE, now_placeholder
+from telegram_idem.backends.postgres._sql import NOW_CTE, render_statements
 
 __all__ = ["build_inbox_sql"]
 
@@ -247,14 +247,5 @@ def build_inbox_sql(records: str, inbox: str, *, server_clock: bool) -> dict[str
     With ``server_clock`` every statement reads the server's clock; otherwise "now" is
     the last parameter.
     """
-    out = {}
-    for name, (template, now_index) in _STATEMENTS.items():
-        now = now_placeholder(server_clock, now_index)
-        out[name] = (
-            template.replace("{now}", now)
-            .replace("{records}", records)
-            .replace("{inbox}", inbox)
-            .replace("{cols}", _ENTRY_COLS)
-            .replace("{tcols}", _T_COLS)
-        )
-    return out
+    fields = {"records": records, "inbox": inbox, "cols": _ENTRY_COLS, "tcols": _T_COLS}
+    return render_statements(_STATEMENTS, server_clock=server_clock, fields=fields)

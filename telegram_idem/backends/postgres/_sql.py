@@ -7,6 +7,8 @@ Every statement fixes "now" once, in the ``c`` CTE: the server's clock
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from telegram_idem.backends.postgres._schema import COLUMNS
 
 __all__ = ["NOW_CTE", "SERVER_NOW", "build_records_sql", "now_placeholder"]
@@ -23,6 +25,21 @@ def now_placeholder(server_clock: bool, index: int) -> str:
     """What ``{now}`` becomes: :data:`SERVER_NOW`, or the parameter ``$<index>`` that
     carries the store's clock."""
     return SERVER_NOW if server_clock else f"${index}"
+
+
+def render_statements(
+    statements: Mapping[str, tuple[str, int]], *, server_clock: bool, fields: Mapping[str, str]
+) -> dict[str, str]:
+    """Each template of ``statements`` (name → (template, index of its "now" parameter))
+    with ``{now}`` filled (:func:`now_placeholder`), then each ``{field}`` of ``fields``
+    (table and column lists)."""
+    out = {}
+    for name, (template, now_index) in statements.items():
+        text = template.replace("{now}", now_placeholder(server_clock, now_index))
+        for field, value in fields.items():
+            text = text.replace("{" + field + "}", value)
+        out[name] = text
+    return out
 
 
 _COLS = ", ".join(COLUMNS)
@@ -158,13 +175,8 @@ def build_records_sql(table: str, *, server_clock: bool) -> dict[str, str]:
     With ``server_clock`` every statement reads the server's clock; otherwise "now" is
     the last parameter.
     """
-    out = {}
-    for name, (template, now_index) in _STATEMENTS.items():
-        now = now_placeholder(server_clock, now_index)
-        out[name] = (
-            template.replace("{now}", now)
-            .replace("{table}", table)
-            .replace("{cols}", _COLS)
-            .replace("{rcols}", _RCOLS)
-        )
-    return out
+    return render_statements(
+        _STATEMENTS,
+        server_clock=server_clock,
+        fields={"table": table, "cols": _COLS, "rcols": _RCOLS},
+    )
