@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from telegram_idem._admission import Admission
@@ -128,11 +128,21 @@ class ActionContext:
         token: the holder's fencing token.
         idem: the guard running it; its steps and locks use this guard's store, whichever
             :class:`~telegram_idem.Idem` they are called on.
+        calls: how many outbox calls of each content digest it has made so far (the
+            ``n`` of their effect keys: stable under ``asyncio.gather``, because identical
+            calls are interchangeable and distinct ones never share a counter).
     """
 
     key: str
     token: int
     idem: Guard
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def next_call(self, digest: str) -> int:
+        """The index of the next call with content ``digest`` in this action (from 0)."""
+        n = self.calls.get(digest, 0)
+        self.calls[digest] = n + 1
+        return n
 
 
 _update: ContextVar[UpdateContext | None] = ContextVar("telegram_idem_update", default=None)

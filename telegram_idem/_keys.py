@@ -6,6 +6,9 @@ Key layout (``prefix`` defaults to ``"idem"``)::
     {prefix}:{bot_id}:a:{action}             action guard (@idempotent)
     {prefix}:{bot_id}:a:{action}:s:{step}    side-effect step inside an action
     {prefix}:{bot_id}:l:{name}               lock
+    {prefix}:{bot_id}:o:{name}               outbox call (effect key given by the caller)
+    {action or step key}:o:{digest}:{n}      outbox call made inside an action or step
+    {prefix}:{bot_id}:f:{scope}              flood-control budget
     {prefix}:{bot_id}:cb:{token_id}          callback token payload
 
 Templates are ``str.format``-style with dotted paths rooted at the update, e.g.
@@ -231,6 +234,19 @@ class KeyBuilder:
     def lock(self, bot_id: int, name: str) -> str:
         """Key of a lock."""
         return bounded_key(f"{self.prefix}:{bot_id}:l:{name}")
+
+    def effect(self, bot_id: int, name: str) -> str:
+        """The effect key of an outbox call named by the caller (outside an action)."""
+        return bounded_key(f"{self.prefix}:{bot_id}:o:{name}")
+
+    def call(self, action_key: str, digest: str, n: int) -> str:
+        """The effect key of the ``n``-th call (from 0) with content ``digest`` made inside
+        the action or step ``action_key``."""
+        return bounded_key(f"{action_key}:o:{digest}:{n}")
+
+    def flood(self, bot_id: int, scope: str) -> str:
+        """The key of a flood-control budget (``global``, ``chat:<id>``, ``pause``...)."""
+        return bounded_key(f"{self.prefix}:{bot_id}:f:{scope}")
 
     def callback(self, bot_id: int, token_id: str) -> str:
         """Key of a callback token's server-side payload."""

@@ -20,6 +20,14 @@
     │   ├── LostClaimError           a result stored with a stale fencing token
     │   └── StoredFailureError       replay of a failure stored by ``on_error="store"``
     ├── ResultEncodingError          a handler result the codec cannot store
+    ├── UnknownOutcomeError          an effect that may or may not have happened (an
+    │                                 ambiguous send held for reconciliation); carries ``key``
+    ├── SendError                    an outbox call that did not deliver; carries ``key``
+    │   ├── SendFailedError          Telegram refused it for good (``error_code``,
+    │   │   │                         ``description``): a dead letter
+    │   │   └── ChatParkedError      its chat is parked (the bot was blocked there)
+    │   └── DeliveryTimeoutError     not delivered within the caller's wait; it stays in
+    │                                 the outbox and is still sent
     └── CallbackTokenError           callback data that does not resolve
         ├── ForgedCallbackTokenError     bad shape or bad signature
         ├── ExpiredCallbackTokenError    signed, but past its TTL
@@ -35,9 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallbackTokenError",
+    "ChatParkedError",
     "ClaimError",
     "ConfigurationError",
     "ConflictError",
+    "DeliveryTimeoutError",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
     "IdemError",
@@ -48,9 +58,12 @@ __all__ = [
     "MalformedUpdateError",
     "PermanentUpdateError",
     "ResultEncodingError",
+    "SendError",
+    "SendFailedError",
     "StoreError",
     "StoredFailureError",
     "UnknownCallbackTokenError",
+    "UnknownOutcomeError",
     "UpdateInProgressError",
 ]
 
@@ -166,6 +179,54 @@ class StoredFailureError(ClaimError):
 
 class ResultEncodingError(IdemError, TypeError):
     """A handler or step result the result codec cannot serialise."""
+
+
+class UnknownOutcomeError(IdemError):
+    """An effect may or may not have taken effect, and nobody can tell by retrying: an
+    outbox call under policy ``hold`` whose answer was lost. It is never re-run by itself;
+    an operator (or the bot) settles it (``Outbox.resolve`` / ``Outbox.redrive``).
+
+    Attributes:
+        key: the effect key.
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class SendError(IdemError):
+    """An outbox call that did not deliver. ``key`` is its effect key."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class SendFailedError(SendError):
+    """Telegram refused the call for good; the entry is a dead letter (redrivable).
+
+    Attributes:
+        error_code: Telegram's ``error_code`` (400, 403, ...), or ``None``.
+        description: Telegram's ``description``.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, error_code: int | None = None, description: str = ""
+    ) -> None:
+        super().__init__(message, key=key)
+        self.error_code = error_code
+        self.description = description
+
+
+class ChatParkedError(SendFailedError):
+    """The call's chat is parked (403: the bot was blocked, kicked, or the user is
+    deactivated); the entry waits, parked, until the chat is unparked."""
+
+
+class DeliveryTimeoutError(SendError):
+    """The call was not delivered within the caller's wait. It stays in the outbox and
+    a relay still sends it; await it again, or look it up by ``key``."""
 
 
 class CallbackTokenError(IdemError):

@@ -23,13 +23,19 @@ from urllib.parse import urlsplit
 
 from telegram_idem._clock import Clock
 from telegram_idem.backends._abilities import (
+    HasFloodBudget,
     HasInbox,
+    HasOutbox,
     Migratable,
     Purgeable,
     as_migratable,
     as_purgeable,
+    flood_budget_of,
+    has_flood_budget,
     has_inbox,
+    has_outbox,
     inbox_of,
+    outbox_of,
 )
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._driver import DriverErrors, describe_error
@@ -45,7 +51,9 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "SCHEMES",
     "DriverErrors",
+    "HasFloodBudget",
     "HasInbox",
+    "HasOutbox",
     "Migratable",
     "Purgeable",
     "Store",
@@ -53,9 +61,13 @@ __all__ = [
     "as_migratable",
     "as_purgeable",
     "describe_error",
+    "flood_budget_of",
+    "has_flood_budget",
     "has_inbox",
+    "has_outbox",
     "inbox_of",
     "known_schemes",
+    "outbox_of",
     "redact",
     "store_from_url",
 ]

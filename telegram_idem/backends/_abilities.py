@@ -8,6 +8,8 @@ class to inherit, nothing to register):
 | protocol | method | built-in stores that have it |
 |---|---|---|
 | :class:`HasInbox` | ``inbox() -> Inbox`` | memory, SQLite, PostgreSQL, Redis |
+| :class:`HasOutbox` | ``outbox() -> Outbox`` | memory, SQLite, PostgreSQL, Redis |
+| :class:`HasFloodBudget` | ``flood_budget() -> FloodBudget`` | memory, SQLite, PostgreSQL, Redis |
 | :class:`Migratable` | ``async migrate() -> bool \\| None`` | PostgreSQL, DynamoDB |
 | :class:`Purgeable` | ``async purge() -> int`` | SQLite, PostgreSQL |
 
@@ -29,18 +31,26 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from telegram_idem.errors import ConfigurationError
+from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.outbox import Outbox
 
 __all__ = [
+    "HasFloodBudget",
     "HasInbox",
+    "HasOutbox",
     "Migratable",
     "Purgeable",
     "absent",
     "as_migratable",
     "as_purgeable",
+    "flood_budget_of",
+    "has_flood_budget",
     "has_inbox",
+    "has_outbox",
     "inbox_of",
     "missing",
+    "outbox_of",
 ]
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -56,6 +66,24 @@ class HasInbox(Protocol):
 
     def inbox(self) -> Inbox:
         """The store's inbox (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class HasOutbox(Protocol):
+    """A store with a durable outbox of Bot API calls beside its records."""
+
+    def outbox(self) -> Outbox:
+        """The store's outbox (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class HasFloodBudget(Protocol):
+    """A store that keeps flood-control budgets shared by every process using it."""
+
+    def flood_budget(self) -> FloodBudget:
+        """The store's flood budget (the same object on every call)."""
         ...
 
 
@@ -94,7 +122,13 @@ class Purgeable(Protocol):
         ...
 
 
-_WHAT: dict[type, str] = {HasInbox: "inbox", Migratable: "migrate()", Purgeable: "purge()"}
+_WHAT: dict[type, str] = {
+    HasInbox: "inbox",
+    HasOutbox: "outbox",
+    HasFloodBudget: "flood budget",
+    Migratable: "migrate()",
+    Purgeable: "purge()",
+}
 """How :func:`missing` names each ability."""
 
 
@@ -118,13 +152,50 @@ def missing(store: object, ability: type) -> ConfigurationError:
     )
 
 
+def _has(store: object, ability: type, name: str) -> bool:
+    if not isinstance(store, ability):
+        return False
+    return not getattr(getattr(type(store), name, None), _ABSENT, False)
+
+
 def has_inbox(store: object) -> bool:
     """True if ``store.inbox()`` returns an inbox: ``store`` is a :class:`HasInbox` whose
     ``inbox`` is not a stand-in marked :func:`absent` (the base ``Store.inbox``)."""
-    if not isinstance(store, HasInbox):
-        return False
-    method = getattr(type(store), "inbox", None)
-    return not getattr(method, _ABSENT, False)
+    return _has(store, HasInbox, "inbox")
+
+
+def has_outbox(store: object) -> bool:
+    """True if ``store.outbox()`` returns an outbox (as :func:`has_inbox`)."""
+    return _has(store, HasOutbox, "outbox")
+
+
+def has_flood_budget(store: object) -> bool:
+    """True if ``store.flood_budget()`` returns a budget (as :func:`has_inbox`)."""
+    return _has(store, HasFloodBudget, "flood_budget")
+
+
+def outbox_of(store: object) -> Outbox:
+    """``store.outbox()``, asked through :class:`HasOutbox`.
+
+    Raises:
+        ConfigurationError: ``store`` has no outbox (the message names it and the ability).
+    """
+    if not has_outbox(store):
+        raise missing(store, HasOutbox)
+    assert isinstance(store, HasOutbox)
+    return store.outbox()
+
+
+def flood_budget_of(store: object) -> FloodBudget:
+    """``store.flood_budget()``, asked through :class:`HasFloodBudget`.
+
+    Raises:
+        ConfigurationError: ``store`` keeps no flood budget (the message names it).
+    """
+    if not has_flood_budget(store):
+        raise missing(store, HasFloodBudget)
+    assert isinstance(store, HasFloodBudget)
+    return store.flood_budget()
 
 
 def inbox_of(store: object) -> Inbox:

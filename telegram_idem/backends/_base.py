@@ -38,10 +38,12 @@ from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim, Record
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends import _registry as registry
-from telegram_idem.backends._abilities import HasInbox, absent, missing
+from telegram_idem.backends._abilities import HasFloodBudget, HasInbox, HasOutbox, absent, missing
 from telegram_idem.backends._driver import describe_error
 from telegram_idem.errors import ConfigurationError, IdemError
+from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.outbox import Outbox
 
 __all__ = ["Store", "describe_error"]
 
@@ -257,6 +259,27 @@ class Store(abc.ABC):
                 same).
         """
         raise missing(self, HasInbox)
+
+    @absent
+    def outbox(self) -> Outbox:
+        """The durable outbox of Bot API calls sharing this store's connection. Stores
+        with one override this (:class:`~telegram_idem.backends._abilities.HasOutbox`).
+
+        Raises:
+            ConfigurationError: this store has no outbox.
+        """
+        raise missing(self, HasOutbox)
+
+    @absent
+    def flood_budget(self) -> FloodBudget:
+        """The flood-control budget kept in this store, shared by every process using
+        it. Stores with one override this
+        (:class:`~telegram_idem.backends._abilities.HasFloodBudget`).
+
+        Raises:
+            ConfigurationError: this store keeps no flood budget.
+        """
+        raise missing(self, HasFloodBudget)
 
     async def close(self) -> None:
         """Release connections. Idempotent."""

@@ -1,0 +1,290 @@
+"""The outbox contract: durable, per-chat ordered Bot API calls that are sent once.
+
+An entry is one outgoing Bot API call (method + JSON params; files by reference), stored
+under its **effect key**. The rules every store keeps (the conformance suite
+:class:`~telegram_idem.testing.conformance.OutboxConformance` checks them):
+
+- **enqueue is idempotent by key**: a second enqueue of a key that is stored (in any
+  status, until its retention ends after it settled) writes nothing and returns the stored
+  entry, so an action retried after a crash sends nothing new and gets the first call's
+  outcome;
+- **latest wins**: enqueueing a call with a ``collapse_key`` turns every *pending* (not
+  in-flight) entry of the same bot and collapse key into ``SUPERSEDED`` (its ``result``
+  is ``{"superseded_by": <new key>}``), in the same atomic step;
+- **order**: per ``(bot_id, ordering_key)`` only the oldest *live* entry (pending or in
+  flight) can be taken, so a chat's calls go out in enqueue order, one at a time, while
+  chats run in parallel. Delivered, superseded, dead, unknown and parked entries are not
+  live: none of them blocks its chat;
+- **priority**: among the takeable heads of one bot, the lowest ``priority`` goes first,
+  then the oldest (``seq``);
+- **fencing**: a taken entry carries a fresh ``token`` (greater than any token the entry
+  had before); ``deliver`` / ``retry`` / ``settle`` / ``park`` / ``extend`` succeed only
+  with it, so a relay that stalled past its lease cannot record over the relay that took
+  the entry over; an in-flight entry whose lease ended is takeable again;
+- **parking**: ``park`` marks the entry's chat as parked (a 403 "bot was blocked"):
+  the entry and every pending entry of that chat become ``PARKED``, and later enqueues to
+  it are stored ``PARKED``, until ``unpark``;
+- **retention**: a delivered or superseded entry is kept ``retention`` seconds after it
+  settled (replays of its key answer from it), then may be deleted; pending, in-flight,
+  unknown, dead and parked entries are never deleted by time.
+
+Times are seconds since the epoch on the store's clock.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from telegram_idem.errors import ConfigurationError
+
+__all__ = ["AmbiguousPolicy", "CallStatus", "NewCall", "Outbox", "OutboxEntry"]
+
+
+class CallStatus(StrEnum):
+    """Where an outbox entry stands."""
+
+    PENDING = "pending"
+    """Waiting to be sent (or to be sent again, after a retryable failure)."""
+    IN_FLIGHT = "in_flight"
+    """Taken by a relay, which is calling the Bot API now."""
+    DELIVERED = "delivered"
+    """Telegram accepted it; ``result`` holds its answer's ``result`` (JSON)."""
+    SUPERSEDED = "superseded"
+    """A later call with the same ``collapse_key`` replaced it before it was sent."""
+    UNKNOWN = "unknown"
+    """An ambiguous outcome under policy ``hold``: it may or may not have taken effect.
+    Never re-sent by itself; listed for reconciliation (``resolve`` or ``redrive``)."""
+    DEAD = "dead"
+    """Telegram refused it for good (``last_error`` carries its description)."""
+    PARKED = "parked"
+    """Its chat is parked (the bot was blocked there); ``unpark`` puts it back."""
+
+
+LIVE = frozenset({CallStatus.PENDING, CallStatus.IN_FLIGHT})
+"""Statuses that hold a chat's turn."""
+
+SETTLED = frozenset({CallStatus.DELIVERED, CallStatus.SUPERSEDED})
+"""Statuses whose entries expire ``retention`` seconds after they settled."""
+
+
+class AmbiguousPolicy(StrEnum):
+    """What a relay does when it cannot tell whether Telegram applied a call (the
+    connection broke or timed out after the request was written, or a 5xx answer)."""
+
+    RESEND = "resend"
+    """Send it again (at-least-once): right for calls that are safe to repeat."""
+    HOLD = "hold"
+    """Make the entry ``UNKNOWN`` and never re-send it by itself (at-most-once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """A call to enqueue.
+
+    Attributes:
+        key: the effect key (full and bounded: ``telegram_idem._keys.bounded_key``).
+        bot_id: the bot that sends it.
+        method: the Bot API method name, as given (``"sendMessage"``; unknown names are
+            kept: the Bot API grows).
+        params: the parameters as a JSON object, ASCII bytes; files by reference.
+        ordering_key: the unit of ordering (``"chat:<chat_id>"``), or ``None`` for a call
+            of its own (the key is then its unit).
+        collapse_key: calls with the same collapse key replace each other while pending
+            (latest wins), or ``None``.
+        policy: what an ambiguous outcome does.
+        priority: lower goes first among chats (0 replies, 10 bulk).
+        retention: seconds the entry is kept after it is delivered or superseded.
+    """
+
+    key: str
+    bot_id: int
+    method: str
+    params: bytes
+    ordering_key: str | None
+    collapse_key: str | None
+    policy: AmbiguousPolicy
+    priority: int = 0
+    retention: float = 7 * 24 * 3600.0
+
+    @property
+    def unit(self) -> str:
+        """The ordering key, or the key itself when the call has none."""
+        return self.ordering_key or self.key
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """An entry as a relay or an operator sees it.
+
+    Attributes:
+        key: the effect key.
+        bot_id: the bot that sends it.
+        seq: enqueue order (store-wide, increasing; a redrive gives a new one).
+        method, params, collapse_key, policy, priority, retention: as enqueued
+            (``params`` as a ``retry`` replaced them, for a chat that migrated).
+        ordering_key: the unit of ordering (the key itself when the call has none).
+        status: see :class:`CallStatus`.
+        attempts: how many times it has been taken.
+        token: the current taker's fencing token (0 before the first take).
+        created_at: when it was enqueued.
+        available_at: when it may be taken (a retry or a ``retry_after`` waits).
+        lease_expires_at: when an in-flight lease ends (0 when not in flight).
+        settled_at: when it was delivered, superseded, buried, held or parked (0 while
+            live).
+        result: Telegram's ``result`` as JSON bytes (``DELIVERED``), or
+            ``{"superseded_by": key}`` (``SUPERSEDED``), else ``None``.
+        last_error: the last failure, as text.
+    """
+
+    key: str
+    bot_id: int
+    seq: int
+    method: str
+    params: bytes
+    ordering_key: str
+    collapse_key: str | None
+    policy: AmbiguousPolicy
+    priority: int
+    retention: float
+    status: CallStatus
+    attempts: int
+    token: int
+    created_at: float
+    available_at: float
+    lease_expires_at: float
+    settled_at: float = 0.0
+    result: bytes | None = None
+    last_error: str | None = None
+
+
+class Outbox(abc.ABC):
+    """Durable, per-chat ordered Bot API calls (see the module docstring for the rules).
+
+    Every method raises :class:`~telegram_idem.errors.StoreError` when the store cannot
+    answer; none reports an outage as a decision.
+    """
+
+    @abc.abstractmethod
+    async def enqueue(self, call: NewCall) -> tuple[OutboxEntry, bool]:
+        """Store ``call`` under its key, unless the key is stored already.
+
+        Returns:
+            ``(entry, True)`` when stored now (``PENDING``, or ``PARKED`` when its chat is
+            parked), else ``(the stored entry, False)`` and nothing is written.
+        """
+
+    async def enqueue_in(self, conn: object, call: NewCall) -> tuple[OutboxEntry, bool]:
+        """:meth:`enqueue` inside the caller's own open database transaction on
+        ``conn``: the entry commits or rolls back with the caller's writes.
+
+        Stores whose tables can live in the bot's database (SQLite, PostgreSQL) accept
+        their drivers' connections (sqlite3 / aiosqlite; asyncpg, SQLAlchemy
+        ``AsyncConnection`` / ``AsyncSession``).
+
+        Raises:
+            ConfigurationError: this store cannot join a transaction, ``conn`` is not a
+                connection it knows, or it is not on the store's own database.
+        """
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot join a database transaction: use an SQLite or "
+            "PostgreSQL store whose tables live in the bot's database"
+        )
+
+    @abc.abstractmethod
+    async def take(
+        self, *, bot_id: int, lease: float, ordering_key: str | None = None
+    ) -> OutboxEntry | None:
+        """Lease the next takeable entry of ``bot_id`` (lowest priority, then oldest, among
+        the heads of its chats), or ``None``.
+
+        Args:
+            bot_id: whose calls.
+            lease: seconds the taker holds it before another relay may take it.
+            ordering_key: only this chat's head (a sender delivering its own call now).
+        """
+
+    @abc.abstractmethod
+    async def deliver(self, entry: OutboxEntry, *, result: bytes) -> bool:
+        """Telegram accepted it: ``DELIVERED`` with ``result`` (JSON bytes). ``False`` if
+        ``entry.token`` no longer holds it (nothing written)."""
+
+    @abc.abstractmethod
+    async def retry(
+        self,
+        entry: OutboxEntry,
+        *,
+        delay: float,
+        error: str,
+        params: bytes | None = None,
+        ordering_key: str | None = None,
+    ) -> bool:
+        """Back to ``PENDING``, takeable after ``delay`` seconds; ``params`` and
+        ``ordering_key`` replace the entry's when given (a group that migrated to a
+        supergroup). ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def settle(
+        self,
+        entry: OutboxEntry,
+        *,
+        status: Literal[CallStatus.DEAD, CallStatus.UNKNOWN],
+        error: str,
+    ) -> bool:
+        """Make the entry a dead letter or an unknown outcome. ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def park(self, entry: OutboxEntry, *, error: str) -> bool:
+        """Park the entry's chat (see the module docstring). ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def extend(self, entry: OutboxEntry, *, lease: float) -> bool:
+        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> OutboxEntry | None:
+        """The entry stored under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    async def entries(
+        self, *, status: CallStatus, bot_id: int | None = None, limit: int = 100
+    ) -> list[OutboxEntry]:
+        """Entries in ``status`` (of ``bot_id``, or of every bot), oldest (``seq``) first."""
+
+    @abc.abstractmethod
+    async def redrive(self, key: str) -> bool:
+        """Put a ``DEAD``, ``UNKNOWN`` or ``PARKED`` entry back to ``PENDING`` at the back
+        of its chat (a new ``seq``, attempts reset; a parked chat stays parked for later
+        enqueues). ``False`` if there is no such entry in one of those statuses."""
+
+    @abc.abstractmethod
+    async def resolve(self, key: str, *, result: bytes) -> bool:
+        """Settle an ``UNKNOWN`` entry as ``DELIVERED`` with ``result`` (an operator found
+        the message). ``False`` if it is not unknown."""
+
+    @abc.abstractmethod
+    async def unpark(self, *, bot_id: int, ordering_key: str) -> int:
+        """Clear the chat's parked mark and put its ``PARKED`` entries back to
+        ``PENDING`` (in their order). Returns how many."""
+
+    @abc.abstractmethod
+    async def parked_units(self, *, bot_id: int | None = None) -> list[tuple[int, str]]:
+        """The parked chats, as ``(bot_id, ordering_key)``."""
+
+    @abc.abstractmethod
+    async def counts(self, *, bot_id: int | None = None) -> dict[CallStatus, int]:
+        """How many entries are in each status (statuses with none may be left out)."""
+
+    async def take_many(self, *, bot_id: int, lease: float, limit: int) -> Sequence[OutboxEntry]:
+        """Up to ``limit`` entries of distinct chats, as successive :meth:`take` calls
+        would give. Stores override this to take them in one round trip."""
+        taken: list[OutboxEntry] = []
+        for _ in range(limit):
+            entry = await self.take(bot_id=bot_id, lease=lease)
+            if entry is None:
+                break
+            taken.append(entry)
+        return taken
