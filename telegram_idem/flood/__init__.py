@@ -3,8 +3,30 @@
 - :class:`~telegram_idem.flood._base.FloodBudget` — the store contract (atomic
   reservations over buckets, gates paused by a 429's ``retry_after``).
 - :class:`~telegram_idem.flood._base.Bucket` — one budget; :func:`decide` the rule.
+- :class:`~telegram_idem.flood._limits.Limits` — Telegram's limits as budgets;
+  :func:`buckets_for` — which budgets one call spends.
 """
 
 from telegram_idem.flood._base import Bucket, FloodBudget, decide
+from telegram_idem.flood._limits import (
+    BULK,
+    REPLY,
+    Limits,
+    Rate,
+    buckets_for,
+    is_group_chat,
+    is_message,
+)
 
-__all__ = ["Bucket", "FloodBudget", "decide"]
+__all__ = [
+    "BULK",
+    "REPLY",
+    "Bucket",
+    "FloodBudget",
+    "Limits",
+    "Rate",
+    "buckets_for",
+    "decide",
+    "is_group_chat",
+    "is_message",
+]
