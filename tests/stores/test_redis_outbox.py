@@ -396,3 +396,26 @@ async def test_two_processes_share_one_flood_budget(redis_url_factory: Callable[
         assert 60_000 < ttl <= 5 * 60_000 + 60_000  # a minute after its tat
     finally:
         await store.close()
+
+
+async def test_cluster_seqs_stay_unique_when_enqueues_race(
+    redis_cluster_url_factory: Callable[[], str],
+) -> None:
+    url = redis_cluster_url_factory()
+    stores = [RedisStore(url) for _ in range(3)]
+    try:
+        outboxes = [outbox_of(s) for s in stores]
+        answers = await asyncio.gather(
+            *(outboxes[i % 3].enqueue(call(f"r{i}", "chat:1", bot=7 + i % 2)) for i in range(30))
+        )
+        seqs = [entry.seq for entry, _ in answers]
+        assert len(set(seqs)) == 30  # store-wide unique, across bots and processes
+        for bot in (7, 8):  # each bot's chat goes out in seq order
+            order = []
+            while (entry := await outboxes[0].take(bot_id=bot, lease=LEASE)) is not None:
+                order.append(entry.seq)
+                assert await outboxes[0].deliver(entry, result=b"true")
+            assert order == sorted(order) and len(order) == 15
+    finally:
+        for store in stores:
+            await store.close()
