@@ -57,11 +57,11 @@ seq counter as ``KEYS[1..2]`` (the same slot on a cluster), as the inbox does.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from telegram_idem._outbox_logic import superseded_result
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text
@@ -109,11 +109,6 @@ def _entry(bot_id: int, row: Sequence[Any]) -> OutboxEntry:
         result=None if absent(res) else bytes(res),
         last_error=None if absent(err) else text(err),
     )
-
-
-def superseded_result(key: str) -> bytes:
-    """A superseded entry's ``result``: ``{"superseded_by": key}`` as compact ASCII JSON."""
-    return json.dumps({"superseded_by": key}, separators=(",", ":")).encode("ascii")
 
 
 class RedisOutbox(Outbox):
