@@ -83,6 +83,7 @@ from telegram_idem.adapters._ptb_common import (
     register_guard,
     update_to_dict,
 )
+from telegram_idem.adapters._ptb_outbound import request_params, to_ptb_error
 from telegram_idem.adapters._ptb_processor import (
     DEFAULT_HANDLER_TIMEOUT,
     TAKEOVER_MARGIN,
@@ -104,6 +105,8 @@ __all__ = [
     "ptb_get_updates",
     "ptb_webhook",
     "ptb_webhook_app",
+    "request_params",
+    "to_ptb_error",
     "update_to_dict",
 ]
 
