@@ -47,12 +47,12 @@ from aiogram.types import (
 
 from telegram_idem.adapters._outbound_common import (
     DEFAULT_MAX_RETRIES,
-    Pacer,
     Sender,
     goes_direct,
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.flood import FloodControl
 from telegram_idem.outbox import FileRef
 
 __all__ = [
@@ -274,7 +274,7 @@ class FloodControlMiddleware(BaseRequestMiddleware):
     """
 
     def __init__(
-        self, flood: Pacer, *, max_retries: int = DEFAULT_MAX_RETRIES, priority: int = 0
+        self, flood: FloodControl, *, max_retries: int = DEFAULT_MAX_RETRIES, priority: int = 0
     ) -> None:
         self.flood = flood
         self.max_retries = max_retries

@@ -35,12 +35,12 @@ from telegram.request._requestparameter import RequestParameter  # PTB's own ser
 
 from telegram_idem.adapters._outbound_common import (
     DEFAULT_MAX_RETRIES,
-    Pacer,
     Sender,
     goes_direct,
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.flood import FloodControl
 from telegram_idem.outbox import FileRef
 
 __all__ = ["FloodRateLimiter", "OutboxRateLimiter", "request_params", "to_ptb_error"]
@@ -245,7 +245,7 @@ class FloodRateLimiter(BaseRateLimiter[int]):
 
     __slots__ = ("flood", "max_retries")
 
-    def __init__(self, flood: Pacer, *, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+    def __init__(self, flood: FloodControl, *, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
         self.flood = flood
         self.max_retries = max_retries
 

@@ -63,7 +63,12 @@ from telegram_idem._admitted import Admitted
 from telegram_idem._callbacks import CallbackTokens
 from telegram_idem._context import bound_update
 from telegram_idem._guard import Idem
-from telegram_idem.adapters._aiogram_outbound import method_params, returned, to_aiogram_error
+from telegram_idem.adapters._aiogram_outbound import (
+    FloodControlMiddleware,
+    method_params,
+    returned,
+    to_aiogram_error,
+)
 from telegram_idem.adapters._aiogram_webhook import FastAckWebhook, IdempotentRequestHandler
 from telegram_idem.adapters._aiogram_wiring import (
     answering_first_routes,
@@ -75,6 +80,7 @@ from telegram_idem.errors import MalformedUpdateError
 
 __all__ = [
     "FastAckWebhook",
+    "FloodControlMiddleware",
     "IdempotencyMiddleware",
     "IdempotentRequestHandler",
     "LazyUpdate",

@@ -83,7 +83,7 @@ from telegram_idem.adapters._ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.adapters._ptb_outbound import request_params, to_ptb_error
+from telegram_idem.adapters._ptb_outbound import FloodRateLimiter, request_params, to_ptb_error
 from telegram_idem.adapters._ptb_processor import (
     DEFAULT_HANDLER_TIMEOUT,
     TAKEOVER_MARGIN,
@@ -96,6 +96,7 @@ __all__ = [
     "DEFAULT_HANDLER_TIMEOUT",
     "IDEM_KEY",
     "TAKEOVER_MARGIN",
+    "FloodRateLimiter",
     "IdempotentUpdateProcessor",
     "StorePolicy",
     "idem_of",
