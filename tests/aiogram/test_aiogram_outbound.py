@@ -4,16 +4,21 @@ a dead letter as the exception aiogram would raise."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiogram import Bot
 from aiogram.client.default import DefaultBotProperties
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     TelegramAPIError,
     TelegramBadRequest,
     TelegramForbiddenError,
+    TelegramRetryAfter,
 )
 from aiogram.methods import BanChatMember, SendMediaGroup, SendMessage, SendPhoto
 from aiogram.types import (
@@ -27,11 +32,21 @@ from aiogram.types import (
     URLInputFile,
 )
 
-from telegram_idem.adapters.aiogram import method_params, returned, to_aiogram_error
+from telegram_idem.adapters.aiogram import (
+    FloodControlMiddleware,
+    method_params,
+    returned,
+    to_aiogram_error,
+)
+from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.flood import FloodControl, Limits, Rate
 from telegram_idem.outbox import FileRef, encode_params
+from telegram_idem.testing.bot_api import FakeBotAPI
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
+BOT = 7000000001
+CHAT = 5550001001
 
 
 @pytest.fixture
@@ -124,3 +139,60 @@ def test_a_parked_chat_is_forbidden_and_parked() -> None:
     mapped = to_aiogram_error(err, SendMessage(chat_id=5, text="hi"))
     assert isinstance(mapped, TelegramForbiddenError)
     assert isinstance(mapped, ChatParkedError)
+
+
+# ----------------------------------------------------------------- flood control only
+
+
+def paced_bot(api: FakeBotAPI, flood: FloodControl, **options: Any) -> Bot:
+    session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
+    client = Bot(TOKEN, session=session)
+    client.session.middleware(FloodControlMiddleware(flood, **options))
+    return client
+
+
+def flood_of(store: MemoryStore, limits: Limits | None = None) -> FloodControl:
+    return FloodControl.for_store(store, bot_id=BOT, limits=limits)
+
+
+async def test_a_429_pauses_every_sender_of_the_bot_and_the_call_goes_again(
+    api: FakeBotAPI,
+) -> None:
+    store = MemoryStore()  # one store: two senders of one bot (two processes' share)
+    first, second = paced_bot(api, flood_of(store)), paced_bot(api, flood_of(store))
+    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    async with first, second:
+        sending = asyncio.create_task(first.send_message(CHAT, "hi"))
+        while not api.calls_of("sendMessage"):
+            await asyncio.sleep(0.005)
+        refused_at = api.calls_of("sendMessage")[0].at
+        await asyncio.sleep(0.05)  # the 429 is answered and the pause stored
+        other = await second.send_message(CHAT + 1, "elsewhere")
+        message = await sending
+    sends = api.calls_of("sendMessage")
+    assert isinstance(message, Message) and message.text == "hi"
+    assert [c.params["text"] for c in sends].count("hi") == 3  # two 429s, then delivered
+    first_gap = [c for c in sends if c.params["text"] == "hi"][1].at - refused_at
+    assert first_gap >= 0.95  # retry_after honoured
+    # The other sender waited behind the bot-wide pause, though its chat is another.
+    elsewhere = next(c for c in sends if c.params["text"] == "elsewhere")
+    assert elsewhere.at - refused_at >= 0.95
+    assert other.text == "elsewhere"
+
+
+async def test_429_retries_are_bounded(api: FakeBotAPI) -> None:
+    api.fail_next("sendMessage", 429, retry_after=1, times=5)
+    async with paced_bot(api, flood_of(MemoryStore()), max_retries=1) as client:
+        with pytest.raises(TelegramRetryAfter):
+            await client.send_message(CHAT, "hi")
+    assert len(api.calls_of("sendMessage")) == 2
+
+
+async def test_one_chat_is_paced_by_its_budget(api: FakeBotAPI) -> None:
+    limits = Limits(chat=Rate(10, 1.0, burst=1))  # one message per 0.1 s in a chat
+    async with paced_bot(api, flood_of(MemoryStore(), limits)) as client:
+        await asyncio.gather(*(client.send_message(CHAT, f"m{i}") for i in range(5)))
+        await client.answer_callback_query("q1")  # not a message: no chat budget spent
+    times = [c.at for c in api.calls_of("sendMessage")]
+    assert times[-1] - times[0] >= 0.35  # 5 messages: 4 intervals of 0.1 s
+    assert api.answered_callback_ids() == ["q1"]
