@@ -47,13 +47,12 @@ from aiogram.types import (
 
 from telegram_idem.adapters._outbound_common import (
     DEFAULT_MAX_RETRIES,
-    Sender,
     goes_direct,
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
 from telegram_idem.flood import FloodControl
-from telegram_idem.outbox import FileRef
+from telegram_idem.outbox import FileRef, Outbound
 
 __all__ = [
     "FloodControlMiddleware",
@@ -205,7 +204,8 @@ class OutboxSessionMiddleware(BaseRequestMiddleware):
         outbound: the outbox's sender (``telegram_idem.outbox.Outbound``), running its
             relay (``async with outbound``).
         wait: seconds a call waits for its delivery before
-            :class:`~telegram_idem.errors.DeliveryTimeoutError` (``None``: no limit).
+            :class:`~telegram_idem.errors.DeliveryTimeoutError` (the framework needs the
+            answer, so there is always a limit).
         priority: the priority of every call (0 replies … 10 bulk), or ``None`` for the
             outbound's default.
 
@@ -222,7 +222,7 @@ class OutboxSessionMiddleware(BaseRequestMiddleware):
     """
 
     def __init__(
-        self, outbound: Sender, *, wait: float | None = 60.0, priority: int | None = None
+        self, outbound: Outbound, *, wait: float = 60.0, priority: int | None = None
     ) -> None:
         self.outbound = outbound
         self.wait = wait

@@ -35,13 +35,12 @@ from telegram.request._requestparameter import RequestParameter  # PTB's own ser
 
 from telegram_idem.adapters._outbound_common import (
     DEFAULT_MAX_RETRIES,
-    Sender,
     goes_direct,
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
 from telegram_idem.flood import FloodControl
-from telegram_idem.outbox import FileRef
+from telegram_idem.outbox import FileRef, Outbound
 
 __all__ = ["FloodRateLimiter", "OutboxRateLimiter", "request_params", "to_ptb_error"]
 
@@ -166,7 +165,8 @@ class OutboxRateLimiter(BaseRateLimiter[int]):
         outbound: the outbox's sender (``telegram_idem.outbox.Outbound``), running its
             relay (``async with outbound``).
         wait: seconds a call waits for its delivery before
-            :class:`~telegram_idem.errors.DeliveryTimeoutError` (``None``: no limit).
+            :class:`~telegram_idem.errors.DeliveryTimeoutError` (the framework needs the
+            answer, so there is always a limit).
 
     Raises (from a call made through the bot):
         BadRequest, Forbidden, ...: Telegram refused the call for good; the exception is
@@ -182,7 +182,7 @@ class OutboxRateLimiter(BaseRateLimiter[int]):
 
     __slots__ = ("outbound", "wait")
 
-    def __init__(self, outbound: Sender, *, wait: float | None = 60.0) -> None:
+    def __init__(self, outbound: Outbound, *, wait: float = 60.0) -> None:
         self.outbound = outbound
         self.wait = wait
 

@@ -65,6 +65,7 @@ from telegram_idem._context import bound_update
 from telegram_idem._guard import Idem
 from telegram_idem.adapters._aiogram_outbound import (
     FloodControlMiddleware,
+    OutboxSessionMiddleware,
     method_params,
     returned,
     to_aiogram_error,
@@ -84,6 +85,7 @@ __all__ = [
     "IdempotencyMiddleware",
     "IdempotentRequestHandler",
     "LazyUpdate",
+    "OutboxSessionMiddleware",
     "StorePolicy",
     "aiogram_get_updates",
     "idem_of",

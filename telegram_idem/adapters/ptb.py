@@ -83,7 +83,12 @@ from telegram_idem.adapters._ptb_common import (
     register_guard,
     update_to_dict,
 )
-from telegram_idem.adapters._ptb_outbound import FloodRateLimiter, request_params, to_ptb_error
+from telegram_idem.adapters._ptb_outbound import (
+    FloodRateLimiter,
+    OutboxRateLimiter,
+    request_params,
+    to_ptb_error,
+)
 from telegram_idem.adapters._ptb_processor import (
     DEFAULT_HANDLER_TIMEOUT,
     TAKEOVER_MARGIN,
@@ -98,6 +103,7 @@ __all__ = [
     "TAKEOVER_MARGIN",
     "FloodRateLimiter",
     "IdempotentUpdateProcessor",
+    "OutboxRateLimiter",
     "StorePolicy",
     "idem_of",
     "idempotent",

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiogram import Bot
+from aiogram import Bot, Dispatcher, Router
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
@@ -32,16 +33,19 @@ from aiogram.types import (
     URLInputFile,
 )
 
+from telegram_idem import Idem, idempotent
 from telegram_idem.adapters.aiogram import (
     FloodControlMiddleware,
+    IdempotencyMiddleware,
+    OutboxSessionMiddleware,
     method_params,
     returned,
     to_aiogram_error,
 )
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.errors import ChatParkedError, SendFailedError, UnknownOutcomeError
 from telegram_idem.flood import FloodControl, Limits, Rate
-from telegram_idem.outbox import FileRef, encode_params
+from telegram_idem.outbox import CallStatus, FileRef, Outbound, encode_params
 from telegram_idem.testing.bot_api import FakeBotAPI
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
@@ -196,3 +200,159 @@ async def test_one_chat_is_paced_by_its_budget(api: FakeBotAPI) -> None:
     times = [c.at for c in api.calls_of("sendMessage")]
     assert times[-1] - times[0] >= 0.35  # 5 messages: 4 intervals of 0.1 s
     assert api.answered_callback_ids() == ["q1"]
+
+
+# ----------------------------------------------------------------- through the outbox
+
+
+def message_update(update_id: int, *, chat: int = CHAT) -> dict[str, Any]:
+    user = {"id": chat, "is_bot": False, "first_name": "U"}
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 1700000000,
+            "chat": {"id": chat, "type": "private", "first_name": "U"},
+            "from": user,
+            "text": "hello",
+        },
+    }
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+async def outbound(api: FakeBotAPI, store: MemoryStore) -> AsyncIterator[Outbound]:
+    limits = Limits(chat=Rate(10, 1.0, burst=1))
+    async with Outbound.for_store(store, token=TOKEN, base_url=api.url, limits=limits) as out:
+        yield out
+
+
+@pytest.fixture
+async def sending_bot(api: FakeBotAPI, outbound: Outbound) -> AsyncIterator[Bot]:
+    session = AiohttpSession(api=TelegramAPIServer.from_base(api.url))
+    async with Bot(TOKEN, session=session) as client:
+        client.session.middleware(OutboxSessionMiddleware(outbound, wait=10.0))
+        yield client
+
+
+def guarded(store: MemoryStore, router: Router) -> Dispatcher:
+    dp = Dispatcher()
+    dp.update.outer_middleware(IdempotencyMiddleware(Idem(store, heartbeat=False)))
+    dp.include_router(router)
+    return dp
+
+
+async def test_an_answer_in_an_action_is_a_delivered_outbox_call_and_a_message(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router, sent = Router(), []
+
+    @router.message()
+    @idempotent(key="reply:{message.message_id}")
+    async def reply(message: Message) -> None:
+        sent.append(await message.answer("hi"))
+
+    await guarded(store, router).feed_raw_update(sending_bot, message_update(1))
+    (answer,) = sent
+    assert isinstance(answer, Message) and answer.bot is sending_bot
+    assert answer.message_id == api.messages(CHAT)[0].message_id
+    assert (await store.outbox().counts()).get(CallStatus.DELIVERED) == 1
+
+
+async def test_a_crash_retry_sends_once_and_answers_the_first_message(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router, sent = Router(), []
+
+    @router.message()
+    @idempotent(key="reply:{message.message_id}")
+    async def reply(message: Message) -> None:
+        sent.append(await message.answer("hi"))
+        if len(sent) == 1:
+            raise RuntimeError("crashed after the send")  # the action is released
+
+    dp = guarded(store, router)
+    with pytest.raises(RuntimeError):
+        await dp.feed_raw_update(sending_bot, message_update(1))
+    await dp.feed_raw_update(sending_bot, message_update(1))  # Telegram re-sends it
+    assert len(api.calls_of("sendMessage")) == 1
+    assert [m.message_id for m in sent] == [sent[0].message_id] * 2
+
+
+async def test_an_ambiguous_send_is_held_and_never_sent_again(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router = Router()
+
+    @router.message()
+    @idempotent(key="reply:{message.message_id}")
+    async def reply(message: Message) -> None:
+        await message.answer("hi")
+
+    api.fail_next("sendMessage", 502)  # may have been applied: policy hold (send*)
+    dp = guarded(store, router)
+    for _ in range(2):  # the update re-sent: the action runs again
+        with pytest.raises(UnknownOutcomeError):
+            await dp.feed_raw_update(sending_bot, message_update(1))
+    assert len(api.calls_of("sendMessage")) == 1
+    assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
+
+
+async def test_a_429_storm_in_an_action_is_waited_out(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router, sent = Router(), []
+
+    @router.message()
+    @idempotent(key="reply:{message.message_id}")
+    async def reply(message: Message) -> None:
+        sent.append(await message.answer("hi"))
+
+    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    await guarded(store, router).feed_raw_update(sending_bot, message_update(1))
+    calls = api.calls_of("sendMessage")
+    assert len(calls) == 3 and calls[2].at - calls[0].at >= 1.9
+    assert sent[0].message_id == api.messages(CHAT)[0].message_id
+
+
+async def test_a_callback_answer_never_waits_behind_a_busy_chat(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router = Router()
+
+    @router.message()
+    @idempotent(key="burst:{message.message_id}")
+    async def burst(message: Message) -> None:
+        async def answer(text: str) -> Message:
+            return await message.answer(text)
+
+        await asyncio.gather(
+            *(answer(f"m{i}") for i in range(5)),
+            sending_bot.answer_callback_query("q1"),
+        )
+
+    await guarded(store, router).feed_raw_update(sending_bot, message_update(1))
+    sends = [c.at for c in api.calls_of("sendMessage")]
+    (answer,) = api.calls_of("answerCallbackQuery")
+    assert sends[-1] - sends[0] >= 0.35  # the chat is paced: one per 0.1 s
+    assert answer.at < sends[-1]  # the answer did not queue behind the chat
+
+
+async def test_outside_an_action_a_call_is_sent_directly_and_paced(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    sent = await asyncio.gather(*(sending_bot.send_message(CHAT, f"m{i}") for i in range(4)))
+    assert sorted(m.message_id for m in sent) == [m.message_id for m in api.messages(CHAT)]
+    times = [c.at for c in api.calls_of("sendMessage")]
+    assert times[-1] - times[0] >= 0.25
+    assert not await store.outbox().counts() or sum((await store.outbox().counts()).values()) == 0
+
+
+async def test_a_refused_call_is_aiogram_s_error(api: FakeBotAPI, sending_bot: Bot) -> None:
+    with pytest.raises(TelegramBadRequest, match="message text is empty") as caught:
+        await sending_bot.send_message(CHAT, " ")
+    assert isinstance(caught.value, SendFailedError) and caught.value.error_code == 400
