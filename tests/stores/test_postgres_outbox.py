@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -592,10 +593,11 @@ _PROCESS_RESERVER = textwrap.dedent(
 
 async def test_a_budget_is_shared_by_two_processes(postgres_url_factory: Callable[[], str]) -> None:
     """Two processes spend one bucket (burst 3, one call per 50 ms) as fast as they can for
-    1.5 s: together at most burst + 1.5 / 0.05 calls pass (one more for the edges), and
-    each gets some."""
+    2 s (starting together, 3 s from now, once both have connected): together at most
+    burst + 2 / 0.05 calls pass (one more for the edges), and each gets some. (The lower
+    bound is loose: the machine may be busy.)"""
     url = postgres_url_factory()
-    start, seconds = __import__("time").time() + 1.5, 1.5
+    start, seconds = time.time() + 3.0, 2.0
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -612,7 +614,7 @@ async def test_a_budget_is_shared_by_two_processes(postgres_url_factory: Callabl
     assert [p.returncode for p in procs] == [0, 0]
     passed = [int(out.decode().strip()) for out, _ in outs]
     assert sum(passed) <= 3 + seconds / 0.05 + 1
-    assert sum(passed) >= seconds / 0.05 * 0.8  # the budget was in use, not starved
+    assert sum(passed) >= seconds / 0.05 * 0.5  # the budget was in use, not starved
     assert all(n > 0 for n in passed)
 
 

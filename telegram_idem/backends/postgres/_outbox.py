@@ -19,6 +19,7 @@ import asyncpg.pool
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._outbox_sql import (
+    WITHOUT_NOW,
     build_outbox_sql,
     collapse_lock,
     unit_lock,
@@ -139,7 +140,7 @@ class PostgresOutbox(Outbox):
 
     async def _fetch(self, op: str, name: str, *args: Any) -> list[Any]:
         sql = self._sql[name]
-        params = (*args, *self.connection.now_args())
+        params = args if name in WITHOUT_NOW else (*args, *self.connection.now_args())
 
         async def run(conn: Any) -> list[Any]:
             rows: list[Any] = await conn.fetch(sql, *params)
