@@ -8,7 +8,6 @@ The statements, and why take keeps one call in flight per chat under concurrency
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -16,6 +15,7 @@ from typing import Any, Literal
 import asyncpg
 import asyncpg.pool
 
+from telegram_idem import _outbox_logic as logic
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._outbox_sql import (
@@ -38,11 +38,6 @@ _PARAM = re.compile(r"\$(\d+)(?:::(\w+(?:\[\])?))?")
 
 Fetch = Callable[[str, Sequence[Any]], Awaitable[list[Any]]]
 """Run one statement (``$n`` placeholders) on some connection, returning its rows."""
-
-
-def _superseded_result(key: str) -> bytes:
-    """``{"superseded_by": key}`` as compact ASCII JSON (the in-process stores' bytes)."""
-    return json.dumps({"superseded_by": key}, separators=(",", ":")).encode("ascii")
 
 
 def _entry(row: Any) -> OutboxEntry:
@@ -172,7 +167,7 @@ class PostgresOutbox(Outbox):
             AmbiguousPolicy(call.policy).value,
             int(call.priority),
             float(call.retention),
-            _superseded_result(call.key),
+            logic.superseded_result(call.key),
             *self.connection.now_args(),
         )
 
