@@ -24,6 +24,7 @@ from telegram_idem.backends.sqlite._enqueue import (
     run_steps,
 )
 from telegram_idem.backends.sqlite._join import run_steps_in
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.outbox import CallStatus, NewCall, Outbox, OutboxEntry
 
 __all__ = ["SQLiteOutbox"]
@@ -99,7 +100,13 @@ class SQLiteOutbox(Outbox):
 
         The first statement is a write, so the decision is taken under SQLite's write
         lock even in a ``DEFERRED`` transaction. On an error the transaction may hold
-        part of the enqueue: roll it back.
+        part of the enqueue: roll it back. SQLite has one writer at a time: until the
+        bot's transaction ends, the store's own writes (claims, takes, another
+        ``enqueue``) wait for it, so commit before awaiting them.
+
+        The store sets its file up (WAL mode, its tables) on its first use; if that first
+        use is this call inside a transaction that already holds the file's lock, it
+        cannot, and says so at once (a :class:`ConfigurationError`) rather than wait.
 
         Args:
             conn: a :class:`sqlite3.Connection` (statements run on the calling thread) or
@@ -114,14 +121,25 @@ class SQLiteOutbox(Outbox):
         Raises:
             ConfigurationError: ``conn`` is neither connection type, is on another
                 database file (compared by ``PRAGMA database_list``, paths resolved), or
-                is in autocommit mode outside a transaction.
+                is in autocommit mode outside a transaction, or the store's file is not set
+                up and cannot be now (see above).
             StoreError: SQLite could not answer (a lock wait past the ``busy_timeout``
                 of ``conn``).
         """
         db = self._db
-        await db.run(lambda _: None)  # the store opens the file first: its tables exist
 
         async def job() -> tuple[OutboxEntry, bool]:
+            try:  # the outbox's tables must exist; the bot's transaction may hold the lock
+                await db.open(wait=False)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    raise
+                raise ConfigurationError(
+                    f"{self!r}.enqueue_in: the store has not set up its file yet and cannot "
+                    "while another connection (the bot's transaction, likely) holds its lock: "
+                    "use the store once before the bot's first transaction (any call, e.g. "
+                    "await outbox.counts())"
+                ) from exc
             steps = enqueue_steps(call, db.clock())
             return await run_steps_in(conn, steps, path=db.path, name=repr(self))
 
