@@ -45,8 +45,8 @@ Run it for a bot in another process (prints its URL, serves until SIGINT or SIGT
 Deliberate simplifications: ``parse_mode`` is not rendered (``text`` is echoed verbatim and
 "not modified" compares text, parse mode, entities and markup as sent); message ids come from
 one counter shared by all chats; inline-message edits always succeed; ``allowed_updates`` is
-recorded but does not filter ``getUpdates``; faults and flood budgets are per fake, not per
-bot token; ``callback_answer_window`` counts from when the update was queued.
+recorded but does not filter ``getUpdates``; faults are per fake, not per bot token (flood
+budgets are per bot); ``callback_answer_window`` counts from when the update was queued.
 """
 
 from __future__ import annotations
@@ -332,8 +332,10 @@ class FakeBotAPI(LoopbackServer):
         limits: flood limits to enforce (`telegram_idem.flood.Limits`), or ``None`` (the
             default: no limits). A call over them is answered 429 ``"Too Many Requests:
             retry after N"`` with ``parameters.retry_after`` = N, the wait in seconds
-            rounded up, and spends nothing; method names are read as the Bot API spells
-            them (``sendMessage``).
+            rounded up, and spends nothing. Limits are checked first: a call within them
+            spends its budgets even when an injected fault then hits it, and a call over
+            them uses up no fault. Method names are read as the Bot API spells them
+            (``sendMessage``).
         callback_answer_window: seconds after a callback query was queued
             (`queue_update`) within which ``answerCallbackQuery`` succeeds; later it is
             answered 400 "query is too old" (Telegram's window is about 15 s). ``None``
