@@ -2,8 +2,9 @@
 ``telegram_idem.testing.conformance``) on every store of this package that has an outbox.
 
 One class per store, each given the URL factory of tests/conftest.py or
-tests/stores/test_conformance.py. A store that has no outbox and flood budget yet skips
-(:func:`needs_outbox`); select one store with ``-k Postgres`` or ``-m postgres``.
+tests/stores/test_conformance.py; select one store with ``-k Postgres`` or
+``-m postgres``. Every store listed here must have both abilities: a store without them
+fails the suites (its ``outbox()`` raises ``ConfigurationError``), it is never skipped.
 """
 
 from __future__ import annotations
@@ -19,18 +20,11 @@ from telegram_idem.testing.conformance import FloodBudgetConformance, OutboxConf
 from telegram_idem.testing.plugin import isolated_urls
 
 
-def needs_outbox(store: Store) -> None:
-    """Skip the test when ``store`` has no outbox or no flood budget (yet)."""
-    if not (has_outbox(store) and has_flood_budget(store)):
-        pytest.skip("no outbox on this store yet")
-
-
 class Outbound(OutboxConformance, FloodBudgetConformance):
-    """Both outbound suites, skipped on a store without the abilities."""
+    """Both outbound suites."""
 
-    @pytest.fixture(autouse=True)
-    def _needs_outbox(self, store: Store) -> None:
-        needs_outbox(store)
+    def test_the_store_has_both_abilities(self, store: Store) -> None:
+        assert has_outbox(store) and has_flood_budget(store)
 
 
 @pytest.fixture
