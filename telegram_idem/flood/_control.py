@@ -111,6 +111,24 @@ class FloodControl:
             await self.sleep(wait)
             waited += wait
 
+    async def try_turn(
+        self, method: str, params: Mapping[str, Any], *, priority: int = REPLY
+    ) -> float:
+        """Reserve the call in every budget it spends if they have room now, else nothing.
+
+        Args:
+            method, params, priority: as :meth:`wait_turn`.
+
+        Returns:
+            ``0.0`` when reserved; else the seconds to wait before asking again (nothing
+            was reserved).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        buckets = buckets_for(method, params, limits=self.limits, key=self.key, priority=priority)
+        return await self.budget.reserve(buckets)
+
     async def retry_after(self, seconds: float) -> None:
         """A 429 said to wait ``seconds``: close the bot's pause gate for that long, for
         every process sharing the store (a longer pause already set is kept).

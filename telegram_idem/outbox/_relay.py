@@ -24,8 +24,10 @@ blocks its chat forever. A lease heartbeat runs while a call is in flight.
 whether the previous take ended with a record. One that did not (the relay died, or was
 cancelled, between the take and its record) may have sent the call: a ``hold`` entry
 then becomes ``UNKNOWN`` without calling the API; a ``resend`` entry counts the lost
-take as a failed attempt and is sent again. (A relay that died while waiting for the
-flood budget had sent nothing, but cannot prove it: its ``hold`` call is held too.)
+take as a failed attempt and is sent again. A relay never holds an entry while it waits
+for the flood budget longer than a moment (``min(1 s, lease / 3)``): it hands the entry
+back with a record and a delay, so only a death in the instant between the reservation and
+the request can make a call that was never sent unknown.
 
 Log lines (logger ``telegram_idem.outbox``) name the effect key and the method, never the
 token; every outcome is also a decision event (boundary ``"outbox"``, ``handler`` the
@@ -177,7 +179,12 @@ class Relay:
             name=f"outbox call {entry.key}",
         ):
             if self.flood is not None:
-                await self.flood.wait_turn(entry.method, params, priority=entry.priority)
+                wait = await self._flood_turn(entry, params)
+                if wait > 0:  # a long wait: hand it back with a record, nothing was sent
+                    tag = f"attempt {entry.attempts} ({failed} failed): "
+                    text = f"waiting {wait:.2f} s for the flood budget"
+                    ok = await self.outbox.retry(entry, delay=wait, error=tag + text)
+                    return await self._done(entry, ok, "flood_wait", 0.0, logging.DEBUG, text)
             started = time.monotonic()
             answer: Answer | None = None
             try:
@@ -194,6 +201,19 @@ class Relay:
                 verdict = classify(answer)
             elapsed = (time.monotonic() - started) * 1000
             return await self._record(entry, params, answer, verdict, failed, elapsed)
+
+    async def _flood_turn(self, entry: OutboxEntry, params: dict[str, Any]) -> float:
+        """Reserve the entry's budgets, waiting here while the wait is short (at most
+        ``lease / 3``, 1 s); a longer wait is returned, to hand the entry back with a
+        record: a relay that died while holding an entry it had not sent would make a
+        ``hold`` call unknown."""
+        assert self.flood is not None
+        short = min(1.0, self.lease / 3)
+        while True:
+            wait = await self.flood.try_turn(entry.method, params, priority=entry.priority)
+            if wait <= 0 or wait > short:
+                return wait
+            await asyncio.sleep(wait)
 
     async def _record(
         self,

@@ -349,3 +349,33 @@ async def wait_for(outbox: Outbox, key: str, status: CallStatus, limit: float = 
             if entry is not None and entry.status is status:
                 return entry
             await asyncio.sleep(0.01)
+
+
+async def test_a_call_waiting_long_for_the_flood_budget_is_handed_back_never_held(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    """A relay does not sit on an entry through a long flood wait: it hands it back with a
+    record and a delay, so a relay dying during the wait cannot make the unsent hold call
+    unknown. Its next take sends it, once."""
+    store = MemoryStore()
+    outbox = store.outbox()
+    slow_chat = Limits(chat=Rate(1, 2.0, burst=1))  # one message per 2 s in a chat
+    flood = FloodControl(store.flood_budget(), bot_id=BOT_ID, limits=slow_chat)
+    relay = relay_of(outbox, http, flood=flood, lease=30.0)
+    for key, text in (("a", "first"), ("b", "second")):
+        await outbox.enqueue(new_call(key, "sendMessage", {"chat_id": 1, "text": text}))
+    first = await relay.deliver_unit("chat:1", until_key="a")
+    assert first is not None and first.status is CallStatus.DELIVERED
+    taken = await outbox.take(bot_id=BOT_ID, lease=30.0)
+    assert taken is not None and taken.key == "b"
+    handed_back = await relay.deliver(taken)
+    assert handed_back.status is CallStatus.PENDING, "a 2 s wait must not be spent holding it"
+    assert "flood budget" in (handed_back.last_error or "")
+    assert handed_back.available_at > handed_back.created_at + 1.0
+    assert len(scripted.calls_of("sendMessage")) == 1
+    # The relay "dies" here: the next relay takes it when due and sends it, not unknown.
+    await asyncio.sleep(max(handed_back.available_at - time.time(), 0) + 0.05)
+    other = relay_of(outbox, http, flood=flood)
+    done = await other.deliver_unit("chat:1", until_key="b")
+    assert done is not None and done.status is CallStatus.DELIVERED
+    assert [c["text"] for c in scripted.calls_of("sendMessage")] == ["first", "second"]
