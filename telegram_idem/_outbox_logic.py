@@ -150,12 +150,16 @@ def retried(
     *,
     params: bytes | None = None,
     ordering_key: str | None = None,
+    seq: int | None = None,
 ) -> OutboxEntry:
     """The entry back to ``PENDING``, takeable ``delay`` seconds from ``now``, in its place
     (its ``seq`` kept, so it stays its chat's head); ``params`` and ``ordering_key``
-    replace the entry's when given (a group that migrated to a supergroup)."""
+    replace the entry's when given (a group that migrated to a supergroup). A call moved
+    to another chat goes to the back of that chat: give it a new ``seq`` (see
+    :func:`moves`)."""
     return replace(
         entry,
+        seq=entry.seq if seq is None else seq,
         status=CallStatus.PENDING,
         available_at=now + max(delay, 0.0),
         lease_expires_at=0.0,
@@ -204,10 +208,19 @@ def redriven(entry: OutboxEntry, seq: int, now: float) -> OutboxEntry:
     )
 
 
-def unparked(entry: OutboxEntry, now: float) -> OutboxEntry:
-    """A parked entry back to ``PENDING`` in its place (its ``seq`` kept), takeable now."""
+def moves(entry: OutboxEntry, ordering_key: str | None) -> bool:
+    """Whether a retry with ``ordering_key`` moves the entry to another chat (it then goes
+    to the back of that chat, whose call in flight must stay the only one)."""
+    return ordering_key is not None and ordering_key != entry.ordering_key
+
+
+def unparked(entry: OutboxEntry, now: float, seq: int) -> OutboxEntry:
+    """A parked entry back to ``PENDING`` at the back of its chat (the new ``seq``; give
+    a chat's entries new seqs in their old order), takeable now. Not in its old place: a
+    call of the chat redriven while it was parked may be in flight."""
     return replace(
         entry,
+        seq=seq,
         status=CallStatus.PENDING,
         available_at=now,
         lease_expires_at=0.0,

@@ -24,6 +24,9 @@ under its **effect key**. The rules every store keeps (the conformance suite
 - **parking**: ``park`` marks the entry's chat as parked (a 403 "bot was blocked"):
   the entry and every pending entry of that chat become ``PARKED``, and later enqueues to
   it are stored ``PARKED``, until ``unpark``;
+- **to the back**: ``redrive``, ``unpark`` (the chat's parked entries, in their order) and
+  a ``retry`` that moves an entry to another chat give new ``seq`` values, so a call of the
+  chat already in flight stays the only one;
 - **retention**: a delivered or superseded entry is kept ``retention`` seconds after it
   settled (replays of its key answer from it); then it is gone: ``get`` answers ``None``
   and an enqueue of its key stores a new call (a store may delete the row then or later,

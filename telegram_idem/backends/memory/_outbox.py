@@ -120,9 +120,16 @@ class MemoryOutbox(Outbox):
         if current is None:
             return False
         now = self._now()
+        seq = next(self._seq) if logic.moves(current, ordering_key) else None
         self._put(
             logic.retried(
-                current, now, delay, storable_text(error), params=params, ordering_key=ordering_key
+                current,
+                now,
+                delay,
+                storable_text(error),
+                params=params,
+                ordering_key=ordering_key,
+                seq=seq,
             )
         )
         return True
@@ -197,15 +204,18 @@ class MemoryOutbox(Outbox):
     async def unpark(self, *, bot_id: int, ordering_key: str) -> int:
         now = self._now()
         self._parked.discard((bot_id, ordering_key))
-        back = [
-            e
-            for e in self._entries.values()
-            if e.status is CallStatus.PARKED
-            and e.bot_id == bot_id
-            and e.ordering_key == ordering_key
-        ]
+        back = sorted(
+            (
+                e
+                for e in self._entries.values()
+                if e.status is CallStatus.PARKED
+                and e.bot_id == bot_id
+                and e.ordering_key == ordering_key
+            ),
+            key=lambda e: e.seq,
+        )
         for e in back:
-            self._put(logic.unparked(e, now))
+            self._put(logic.unparked(e, now, next(self._seq)))
         return len(back)
 
     async def parked_units(self, *, bot_id: int | None = None) -> list[tuple[int, str]]:

@@ -202,7 +202,10 @@ class SQLiteOutbox(Outbox):
         sql = (
             "UPDATE idem_outbox SET status = 'pending', available_at = :now + :delay, "
             "lease_expires_at = 0, last_error = :error, params = COALESCE(:params, params), "
-            f"ordering_key = COALESCE(:chat, ordering_key) WHERE {_HELD}"
+            f"ordering_key = COALESCE(:chat, ordering_key), "
+            # Moved to another chat: to its back (a new seq), behind its call in flight.
+            "seq = CASE WHEN :chat IS NULL OR :chat = ordering_key THEN seq "
+            f"ELSE (SELECT MAX(seq) + 1 FROM idem_outbox) END WHERE {_HELD}"
         )
         args = {
             "delay": delay,
@@ -315,12 +318,21 @@ class SQLiteOutbox(Outbox):
                 "DELETE FROM idem_outbox_parked WHERE bot_id = :bot_id AND ordering_key = :chat",
                 chat,
             )
-            cur = conn.execute(
-                "UPDATE idem_outbox SET status = 'pending', available_at = :now, settled_at = 0 "
-                "WHERE bot_id = :bot_id AND ordering_key = :chat AND status = 'parked'",
+            # To the back of the chat in their order (new seqs): a call of the chat
+            # redriven while it was parked may be in flight.
+            rows = conn.execute(
+                "SELECT seq FROM idem_outbox WHERE bot_id = :bot_id AND ordering_key = :chat "
+                "AND status = 'parked' ORDER BY seq",
                 chat,
-            )
-            return cur.rowcount
+            ).fetchall()
+            for (seq,) in rows:
+                conn.execute(
+                    "UPDATE idem_outbox SET status = 'pending', available_at = :now, "
+                    "settled_at = 0, seq = (SELECT MAX(seq) + 1 FROM idem_outbox) "
+                    "WHERE seq = :seq",
+                    {"now": now, "seq": seq},
+                )
+            return len(rows)
 
         return await self._write("unpark", body)
 

@@ -209,6 +209,47 @@ class OutboxOpsContract(OutboxContract):
         later, _ = await outbox.enqueue(call(2, "chat:a"))
         assert later.status is CallStatus.PARKED
 
+    @pytest.mark.asyncio
+    async def test_unpark_puts_the_chat_back_behind_a_redriven_call_in_flight(
+        self, outbox: Outbox
+    ) -> None:
+        """Unparked calls go to the back of their chat (new seqs, their order kept): a call
+        redriven while the chat was parked and now in flight stays the only one."""
+        blocked = await held(outbox, call(1, "chat:a"))
+        assert await outbox.park(blocked, error="Forbidden")
+        later, _ = await outbox.enqueue(call(2, "chat:a"))
+        last, _ = await outbox.enqueue(call(3, "chat:a"))
+        assert await outbox.redrive(blocked.key)
+        again = await outbox.take(bot_id=BOT, lease=LEASE)
+        assert again is not None and again.key == blocked.key
+        assert await outbox.unpark(bot_id=BOT, ordering_key="chat:a") == 2
+        assert await outbox.take(bot_id=BOT, lease=LEASE) is None, "two calls of one chat"
+        assert await outbox.deliver(again, result=b"true")
+        order = []
+        for _ in range(2):
+            taken = await outbox.take(bot_id=BOT, lease=LEASE)
+            assert taken is not None
+            order.append(taken.key)
+            assert await outbox.deliver(taken, result=b"true")
+        assert order == [later.key, last.key]
+
+    @pytest.mark.asyncio
+    async def test_a_call_moved_to_a_busy_chat_waits_behind_its_call_in_flight(
+        self, outbox: Outbox
+    ) -> None:
+        """A retry that moves a call to another chat (a migrated group) puts it at the back
+        of that chat: the chat's call in flight stays the only one."""
+        await outbox.enqueue(call(1, "chat:old"))
+        await outbox.enqueue(call(2, "chat:new"))
+        moving = await outbox.take(bot_id=BOT, lease=LEASE, ordering_key="chat:old")
+        busy = await outbox.take(bot_id=BOT, lease=LEASE, ordering_key="chat:new")
+        assert moving is not None and busy is not None
+        assert await outbox.retry(moving, delay=0, error="migrated", ordering_key="chat:new")
+        assert await outbox.take(bot_id=BOT, lease=LEASE) is None, "two calls of one chat"
+        assert await outbox.deliver(busy, result=b"true")
+        moved = await outbox.take(bot_id=BOT, lease=LEASE)
+        assert moved is not None and moved.key == moving.key
+
     @pytest.mark.parametrize(
         "status",
         [CallStatus.PENDING, CallStatus.IN_FLIGHT, CallStatus.DELIVERED, CallStatus.SUPERSEDED],
