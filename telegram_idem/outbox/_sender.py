@@ -271,6 +271,45 @@ class Outbound:
                 raise inline.exception()  # type: ignore[misc]
         return await self.result(effect, wait=max(deadline - time.monotonic(), 0.0))
 
+    async def enqueue(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        policy: AmbiguousPolicy | None = None,
+        priority: int | None = None,
+        conn: object | None = None,
+    ) -> str:
+        """Store a durable call for the relay to send, without waiting for it: the form
+        to use inside your own database transaction (``conn``), where nothing can wait.
+
+        Same as ``call(..., wait=None)`` (or ``call(..., conn=conn)``); await its outcome
+        later with :meth:`result`.
+
+        Args:
+            method, params, key, policy, priority, conn: as :meth:`call`.
+
+        Returns:
+            The effect key.
+
+        Raises:
+            ConfigurationError: the call is not durable (outside an action and no
+                ``key``: there would be nothing to send it later), or ``conn`` given to a
+                store that cannot join it.
+            TypeError, ValueError: as :meth:`call` (nothing stored).
+            StoreError: the store could not answer.
+        """
+        if key is None and current_action() is None:
+            raise ConfigurationError(
+                f"{method}: enqueue needs a key= outside an @idempotent action or step"
+            )
+        effect = await self.call(
+            method, params, key=key, policy=policy, priority=priority, wait=None, conn=conn
+        )
+        assert isinstance(effect, str)
+        return effect
+
     async def result(self, key: str, *, wait: float = 60.0) -> Any:
         """Wait for the outcome of the call stored under ``key`` (a full effect key, as
         :meth:`call` returned it).

@@ -159,3 +159,42 @@ def test_for_store_needs_an_outbox_and_a_bot_id() -> None:
     assert "no-id-here" not in str(caught.value)
     out = Outbound.for_store(MemoryStore(), token=TOKEN, bot_id=9)
     assert out.bot_id == 9 and isinstance(out.api, HttpBotAPI) and TOKEN not in repr(out.api)
+
+
+async def test_enqueue_inside_the_bots_sqlite_transaction_sends_only_what_committed(
+    fake_api: FakeBotAPI, tmp_path: Any
+) -> None:
+    """``enqueue(conn=...)``: the call commits or rolls back with the bot's own row, and
+    the relay sends only what committed; ``result`` waits for it after the commit."""
+    import sqlite3
+
+    from telegram_idem.backends.sqlite import SQLiteStore
+
+    path = tmp_path / "bot.db"
+    store = SQLiteStore(str(path))
+    await store.outbox().counts()  # the store sets its tables up
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, state TEXT)")
+    async with Outbound.for_store(store, token=TOKEN, base_url=fake_api.url) as out:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO orders VALUES (1, 'paid')")
+        paid = await out.enqueue("sendMessage", {"chat_id": 9, "text": "paid"}, key="o1", conn=conn)
+        conn.execute("COMMIT")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO orders VALUES (2, 'paid')")
+        await out.enqueue("sendMessage", {"chat_id": 9, "text": "never"}, key="o2", conn=conn)
+        conn.execute("ROLLBACK")
+        message = await out.result(paid, wait=10)
+        await asyncio.sleep(0.5)  # the relay polls: a rolled-back call would show by now
+    assert message["text"] == "paid"
+    assert [c.params["text"] for c in fake_api.calls_of("sendMessage")] == ["paid"]
+    assert conn.execute("SELECT id FROM orders").fetchall() == [(1,)]
+    conn.close()
+    await store.close()
+
+
+async def test_enqueue_outside_an_action_needs_a_key(fake_api: FakeBotAPI) -> None:
+    async with outbound_on(MemoryStore(), fake_api.url) as out:
+        with pytest.raises(ConfigurationError, match="key="):
+            await out.enqueue("sendMessage", {"chat_id": 1, "text": "a"})
+    assert fake_api.calls_of("sendMessage") == []
