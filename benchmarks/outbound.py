@@ -614,6 +614,41 @@ def bytes_table(rows: list[BytesRow], n: int) -> list[str]:
     return lines
 
 
+def reading(res: Results) -> list[str]:
+    """What the tables say, in a sentence or so each (written from the figures)."""
+    out: list[str] = []
+    if res.tx:
+        cells = ", ".join(f"{r.ratio.median:.2f}× on {r.store}" for r in res.tx)
+        out.append(
+            f"- Enqueueing the message inside the bot's own transaction costs {cells} of the "
+            f"transaction alone (goal ≤ {TX_GOAL}×)."
+        )
+    for r in res.flood:
+        if r.side.startswith("ours"):
+            out.append(
+                f"- {r.side}: {r.allowed_share:.0%} of what the limits allow, {r.throttled} "
+                "429s: the two relays reserve from one budget in the store."
+            )
+        else:
+            out.append(
+                f"- {r.side}: {r.allowed_share:.0%} of what the limits allow, {r.throttled} "
+                "429s"
+                + (
+                    ": nothing paces it, so it sends until Telegram refuses."
+                    if r.side.startswith("aiogram")
+                    else ": its limiter counts per process, so two processes allow twice "
+                    "the bot's rate."
+                )
+            )
+    if res.bytes:
+        low, high = min(r.per_entry for r in res.bytes), max(r.per_entry for r in res.bytes)
+        out.append(
+            f"- A pending `sendMessage` costs {low:.0f}–{high:.0f} bytes of store, the effect "
+            "key and the ~100-character params included."
+        )
+    return [*out, ""] if out else []
+
+
 async def bench(args: argparse.Namespace) -> str:
     res = Results()
     load_before = os.getloadavg()
@@ -656,8 +691,9 @@ async def bench(args: argparse.Namespace) -> str:
         "",
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, load average "
         f"{load_before[0]:.2f} at the start and {load_after[0]:.2f} at the end; "
-        f"{elapsed:.0f} s. {versions}.",
+        f"{elapsed:.0f} s. {versions}." + (f" While it ran: {args.note}" if args.note else ""),
         "",
+        *reading(res),
     ]
     if res.tx:
         lines += [*tx_table(res.tx, args.n, args.runs), ""]
@@ -684,6 +720,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--skip", default="", help="comma-separated measures to leave out: tx,flood,bytes"
+    )
+    parser.add_argument(
+        "--note", default="", help="what else the machine was doing (written with the tables)"
     )
     parser.add_argument(
         "--no-write", action="store_true", help="print only; leave docs/performance.md alone"
