@@ -1,4 +1,5 @@
-"""One SQLite file as a store uses it, shared by the store's records and its inbox."""
+"""One SQLite file as a store uses it, shared by the store's records, its inbox, its
+outbox and its flood budget."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from telegram_idem._clock import Clock
-from telegram_idem.backends.sqlite._schema import INBOX_SCHEMA, RECORDS_SCHEMA, RecordRows
+from telegram_idem.backends.sqlite._schema import (
+    FLOOD_SCHEMA,
+    INBOX_SCHEMA,
+    OUTBOX_SCHEMA,
+    RECORDS_SCHEMA,
+    RecordRows,
+)
 from telegram_idem.errors import StoreError
 
 __all__ = ["ErrorGuard", "SQLiteConnection"]
@@ -77,6 +84,8 @@ class SQLiteConnection:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(RECORDS_SCHEMA)
             conn.executescript(INBOX_SCHEMA)
+            conn.executescript(OUTBOX_SCHEMA)
+            conn.executescript(FLOOD_SCHEMA)
             self._conn = conn
         return self._conn
 
