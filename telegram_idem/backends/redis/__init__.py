@@ -17,7 +17,8 @@ Round trips: claim, complete, fail, release, extend and get are 1 each. ``claim_
 is 1 on a single node (one script over all keys); on a cluster the keys are grouped by
 hash slot, one script per slot, sent as one pipeline: 1 round trip per master node
 holding any of the keys, all masters in parallel. Every inbox call (``store.inbox()``)
-is 1 as well, ``admit_many`` included.
+is 1 as well, ``admit_many`` included; so is every outbox call (``store.outbox()``) about
+one bot and every flood budget call (``store.flood_budget()``).
 
 URLs (query options marked * are this store's own; the rest pass through to redis-py):
 
@@ -56,11 +57,11 @@ and carries redis-py's own message):
 - :class:`~telegram_idem.errors.StoreError` marked *unexpected* for any other Redis
   error (a script error is a bug): never a raw redis-py exception.
 
-The store and its inbox are parts over one :class:`RedisConnection`
+The store, its inbox, its outbox and its flood budget are parts over one :class:`RedisConnection`
 (``store.connection``): the client, the key layout, the clock, the gate and the error
 translation. Modules (private, one job each): ``_url`` (the URL → a client), ``_keys``,
 ``_errors`` (redis-py's exceptions), ``_scripts`` (the Lua files), ``_connection``,
-``_store`` (the records store), ``_inbox``.
+``_store`` (the records store), ``_inbox``, ``_outbox``, ``_flood``.
 
 See ``docs/store-redis.md``.
 """
@@ -68,8 +69,10 @@ See ``docs/store-redis.md``.
 from __future__ import annotations
 
 from telegram_idem.backends.redis._connection import RedisConnection
+from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
 from telegram_idem.backends.redis._keys import UPDATE_KEY, KeyLayout
+from telegram_idem.backends.redis._outbox import RedisOutbox
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script
 from telegram_idem.backends.redis._store import RedisStore
 from telegram_idem.backends.redis._url import RedisClient
@@ -80,7 +83,9 @@ __all__ = [
     "KeyLayout",
     "RedisClient",
     "RedisConnection",
+    "RedisFloodBudget",
     "RedisInbox",
+    "RedisOutbox",
     "RedisStore",
     "Script",
 ]

@@ -224,9 +224,10 @@ class RedisConnection:
     async def run_pipelined(
         self, script: Script, batches: list[list[bytes]], args: Sequence[Any]
     ) -> list[Any]:
-        """Cluster: ``script`` once per batch of keys (each batch one slot), all in one
-        pipeline: 1 round trip per master node holding any of the keys, the nodes in
-        parallel. Batches answered ``NOSCRIPT`` did not run; they are sent again as
+        """``script`` once per batch of keys (on a cluster each batch one slot), all in
+        one pipeline: on a cluster 1 round trip per master node holding any of the keys,
+        the nodes in parallel; on a single node 1 round trip (a pipeline without
+        ``MULTI``). Batches answered ``NOSCRIPT`` did not run; they are sent again as
         ``EVAL`` in a second pipeline. Answers in batch order.
 
         Raises:
@@ -251,7 +252,7 @@ class RedisConnection:
                 raise (outages or errors)[0]
         except Exception as exc:
             failure = self.failure(exc)
-            if isinstance(exc, REDIS_ERRORS.transient):
+            if isinstance(exc, REDIS_ERRORS.transient) and self.cluster:
                 await self.forget_topology()
             if failure is exc:
                 raise
@@ -262,9 +263,12 @@ class RedisConnection:
         self, command: str, script: str, batches: list[list[bytes]], args: Sequence[Any]
     ) -> list[Any]:
         """One ``command`` (EVALSHA with a SHA, EVAL with a source) per batch in one
-        cluster pipeline; answers or exceptions in batch order."""
-        assert isinstance(self.client, RedisCluster)
-        pipe = self.client.pipeline()
+        pipeline (a cluster's, or a single node's without ``MULTI``); answers or
+        exceptions in batch order."""
+        if isinstance(self.client, RedisCluster):
+            pipe: Any = self.client.pipeline()
+        else:
+            pipe = self.client.pipeline(transaction=False)
         for batch in batches:
             # pipe.evalsha() is blocked by redis-py on clusters (it cannot recover from
             # NOSCRIPT itself); the raw command routes by the keys' slot all the same.

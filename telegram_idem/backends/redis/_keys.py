@@ -5,6 +5,14 @@ record key the cluster hash tag, so every single-key script touches one slot. Th
 lives under ONE hash tag, ``<key_prefix>:{<key_prefix>:inbox}:`` (one slot, one node),
 and on a cluster the update guard records live in that slot too (:data:`UPDATE_KEY`), so
 admission claims the guard and writes the entry in one script.
+
+The outbox of each bot lives under its own hash tag, ``{<key_prefix>:outbox:<bot_id>}``
+(one slot per bot: every outbox script is about one bot), beside a store-wide directory
+``<key_prefix>:{<key_prefix>:outbox}:`` (the set of bots with an outbox, and on a single
+node the store-wide ``seq`` counter). A flood budget ``<head>:f:<scope>`` (the shape of
+:meth:`telegram_idem._keys.KeyBuilder.flood`, ``head`` = ``<prefix>:<bot_id>``) is kept at
+``<key_prefix>:f:{<head>}:<scope>``: every budget of a bot in one slot, so a reservation
+over several of them is one script.
 """
 
 from __future__ import annotations
@@ -14,13 +22,18 @@ from dataclasses import dataclass
 
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["UPDATE_KEY", "KeyLayout", "check_prefix"]
+__all__ = ["FLOOD_KEY", "UPDATE_KEY", "KeyLayout", "check_prefix"]
 
 UPDATE_KEY = re.compile(r"(?s).*:-?[0-9]+:u:-?[0-9]+")
 """The shape of an update guard key (:meth:`telegram_idem._keys.KeyBuilder.update`). On a
 cluster, records with such keys live in the inbox's slot (:meth:`KeyLayout.record`).
 Matching a few other keys too would be harmless: a record key always maps to the same
 Redis key, the shape only decides which node holds it."""
+
+
+FLOOD_KEY = re.compile(r"(?s)(.*?:-?[0-9]+):f:(.*)")
+"""The shape of a flood budget key (:meth:`telegram_idem._keys.KeyBuilder.flood`): group 1
+is ``<prefix>:<bot_id>`` (the budget's hash tag), group 2 the scope."""
 
 
 def check_prefix(prefix: str) -> None:
@@ -71,3 +84,30 @@ class KeyLayout:
         if self.cluster and UPDATE_KEY.fullmatch(key):
             return f"{self.inbox_prefix}r:{key}"
         return f"{self.prefix}:{{{key}}}"
+
+    @property
+    def outbox_directory(self) -> str:
+        """The store-wide outbox keys' start: ``<key_prefix>:{<key_prefix>:outbox}:``."""
+        return f"{self.prefix}:{{{self.prefix}:outbox}}:"
+
+    def outbox_base(self, bot_id: int) -> str:
+        """The start of every outbox key of ``bot_id``:
+        ``<key_prefix>:{<key_prefix>:outbox:<bot_id>}:`` (one hash tag per bot)."""
+        return f"{self.prefix}:{{{self.prefix}:outbox:{bot_id}}}:"
+
+    def outbox_seq(self, bot_id: int) -> str:
+        """The counter that gives ``bot_id``'s entries their ``seq``: store-wide on a
+        single node (``<directory>seq``), the bot's own on a cluster (``<base>seq``: a
+        script touches one slot)."""
+        if self.cluster:
+            return f"{self.outbox_base(bot_id)}seq"
+        return f"{self.outbox_directory}seq"
+
+    def flood(self, key: str) -> str:
+        """The Redis key of flood budget ``key``: ``<key_prefix>:f:{<head>}:<scope>`` for a
+        key of the :data:`FLOOD_KEY` shape (a bot's budgets share a slot), else
+        ``<key_prefix>:f:{<key>}``."""
+        match = FLOOD_KEY.fullmatch(key)
+        if match is None:
+            return f"{self.prefix}:f:{{{key}}}"
+        return f"{self.prefix}:f:{{{match.group(1)}}}:{match.group(2)}"

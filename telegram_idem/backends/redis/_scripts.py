@@ -33,7 +33,11 @@ result|nil, attempts}``; token-checked writes answer ``1`` (done) or ``0`` (not 
 Scripts (:data:`SCRIPTS`, by name): ``claim``, ``complete``, ``fail``, ``release``,
 ``extend``, ``get``, ``now`` (the records) and ``inbox_admit``, ``inbox_take``,
 ``inbox_held``, ``inbox_redrive``, ``inbox_dead_letters`` (the inbox, see
-:mod:`telegram_idem.backends.redis._inbox`).
+:mod:`telegram_idem.backends.redis._inbox`), ``outbox_enqueue``, ``outbox_take``,
+``outbox_held``, ``outbox_admin``, ``outbox_read`` (the outbox, see
+:mod:`telegram_idem.backends.redis._outbox`) and ``flood_reserve``, ``flood_gate`` (the
+flood budget, see :mod:`telegram_idem.backends.redis._flood`; its times are integer
+**microseconds**).
 
 Arguments and replies cross as text or bytes: :func:`ms` turns seconds into the
 milliseconds a script takes, :func:`text` and :func:`absent` read what one answers.
@@ -102,6 +106,7 @@ class Script:
 
 _RECORD = ("record.lua",)
 _INBOX = ("record.lua", "inbox.lua")
+_OUTBOX = ("record.lua", "outbox.lua")
 _PARTS: dict[str, tuple[str, ...]] = {
     "claim": (*_RECORD, "decide_claim.lua", "claim.lua"),
     "complete": (*_RECORD, "finish.lua", "complete.lua"),
@@ -115,6 +120,13 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "inbox_held": (*_INBOX, "inbox_held.lua"),
     "inbox_redrive": (*_INBOX, "inbox_redrive.lua"),
     "inbox_dead_letters": (*_INBOX, "inbox_dead_letters.lua"),
+    "outbox_enqueue": (*_OUTBOX, "outbox_enqueue.lua"),
+    "outbox_take": (*_OUTBOX, "outbox_take.lua"),
+    "outbox_held": (*_OUTBOX, "outbox_held.lua"),
+    "outbox_admin": (*_OUTBOX, "outbox_admin.lua"),
+    "outbox_read": (*_OUTBOX, "outbox_read.lua"),
+    "flood_reserve": ("flood.lua", "flood_reserve.lua"),
+    "flood_gate": ("flood.lua", "flood_gate.lua"),
 }
 
 SCRIPTS: Mapping[str, Script] = MappingProxyType(

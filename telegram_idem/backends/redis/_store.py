@@ -3,7 +3,8 @@
 
 Each primitive is one script of :mod:`telegram_idem.backends.redis._scripts`; on a
 cluster ``claim_many`` groups its keys by hash slot, one script per slot, all in one
-pipeline. :meth:`RedisStore.inbox` builds the inbox over the same connection.
+pipeline. :meth:`RedisStore.inbox`, :meth:`RedisStore.outbox` and
+:meth:`RedisStore.flood_budget` build their parts over the same connection.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
 from telegram_idem.backends.redis._connection import RedisConnection, location
 from telegram_idem.backends.redis._errors import REDIS_ERRORS
+from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
+from telegram_idem.backends.redis._outbox import RedisOutbox
 from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, text
 from telegram_idem.backends.redis._url import SCHEMES, RedisClient, client_from_url
 from telegram_idem.errors import IdemError
+from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.outbox import Outbox
 
 __all__ = ["RedisStore"]
 
@@ -122,6 +127,8 @@ class RedisStore(Store):
         self.key_prefix = key_prefix
         self._keys = self.connection.keys
         self._inbox: RedisInbox | None = None
+        self._outbox: RedisOutbox | None = None
+        self._flood: RedisFloodBudget | None = None
 
     def __repr__(self) -> str:
         return self.connection.label
@@ -172,6 +179,21 @@ class RedisStore(Store):
         if self._inbox is None:
             self._inbox = RedisInbox(self.connection)
         return self._inbox
+
+    def outbox(self) -> Outbox:
+        """The durable outbox of Bot API calls in this Redis, over this store's
+        connection (created on first use; see :class:`RedisOutbox`)."""
+        if self._outbox is None:
+            self._outbox = RedisOutbox(self.connection)
+        return self._outbox
+
+    def flood_budget(self) -> FloodBudget:
+        """The flood-control budgets in this Redis, shared by every process using it,
+        over this store's connection (created on first use; see
+        :class:`RedisFloodBudget`)."""
+        if self._flood is None:
+            self._flood = RedisFloodBudget(self.connection)
+        return self._flood
 
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         """The connection's translation (Redis tells some errors apart only by text)."""
