@@ -6,6 +6,9 @@
   ambiguous policies, latest-wins collapse keys, params encoding.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, NewCall, Outbox, OutboxEntry
 from telegram_idem.outbox._calls import (
     COLLAPSING_METHODS,
@@ -21,14 +24,29 @@ from telegram_idem.outbox._calls import (
     encode_params,
     ordering_key_of,
 )
+from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
+
+if _typing.TYPE_CHECKING:
+    from telegram_idem.outbox._transport import BotAPI, HttpBotAPI
+
+_LAZY = {
+    "BotAPI": "telegram_idem.outbox._transport",
+    "HttpBotAPI": "telegram_idem.outbox._transport",
+}
+"""Names from modules that reach aiohttp (extra ``outbox``): imported on first access, so
+the stores, which import this package for the contract, need no HTTP client."""
 
 __all__ = [
     "COLLAPSING_METHODS",
     "SAFE_TO_REPEAT",
+    "AmbiguousCall",
     "AmbiguousPolicy",
     "Answer",
+    "BotAPI",
+    "CallNotSent",
     "CallStatus",
     "FileRef",
+    "HttpBotAPI",
     "NewCall",
     "Outbox",
     "OutboxEntry",
@@ -41,3 +59,16 @@ __all__ = [
     "encode_params",
     "ordering_key_of",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
