@@ -23,6 +23,7 @@ line on stdin, sends, then prints one JSON line ``{"elapsed": s, "sent": n,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -141,6 +142,37 @@ async def run_ptb(url: str, work: dict[int, list[int]]) -> dict[str, float]:
     return {"elapsed": elapsed, "sent": sent, "retry_after_seen": seen}
 
 
+async def run_relay(url: str, store_url: str) -> dict[str, float]:
+    from telegram_idem.backends import store_from_url
+    from telegram_idem.backends._abilities import outbox_of
+    from telegram_idem.flood import FloodControl
+    from telegram_idem.outbox import CallStatus, HttpBotAPI, Relay
+
+    store = store_from_url(store_url)
+    outbox = outbox_of(store)
+    api = HttpBotAPI(TOKEN, base_url=url)
+    relay = Relay(outbox, api, bot_id=BOT_ID, flood=FloodControl.for_store(store, bot_id=BOT_ID))
+    try:
+        await outbox.counts(bot_id=BOT_ID)  # connected, outside the timing
+        await api.call("getMe", b"{}")
+        await go()
+        start = time.monotonic()
+        task = asyncio.create_task(relay.run())
+        while not task.done():
+            counts = await outbox.counts(bot_id=BOT_ID)
+            if not counts.get(CallStatus.PENDING) and not counts.get(CallStatus.IN_FLIGHT):
+                break
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - start
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        await api.close()
+        await store.close()
+    return {"elapsed": elapsed, "sent": 0, "retry_after_seen": 0}
+
+
 async def main(argv: list[str]) -> None:
     kind, url = argv[0], argv[1]
     index, processes, messages, chats = (int(a) for a in argv[2:6])
@@ -149,6 +181,8 @@ async def main(argv: list[str]) -> None:
         out = await run_aiogram(url, work)
     elif kind == "ptb":
         out = await run_ptb(url, work)
+    elif kind == "relay":
+        out = await run_relay(url, argv[6])
     else:
         raise SystemExit(f"unknown kind {kind!r}")
     print(json.dumps(out), flush=True)
