@@ -49,4 +49,10 @@ def test_cli_migrate_names_the_records_and_the_inbox_table(prefix: str) -> None:
         result = CliRunner().invoke(cli, ["migrate", url])
         assert result.exit_code == 0, result.output
         assert f"tables {prefix}_records and {prefix}_inbox" in result.output
-    assert run_sync(lambda: _tables(prefix)) == {f"{prefix}_records", f"{prefix}_inbox"}
+    assert run_sync(lambda: _tables(prefix)) == {
+        f"{prefix}_records",
+        f"{prefix}_inbox",
+        f"{prefix}_outbox",
+        f"{prefix}_outbox_parked",
+        f"{prefix}_flood",
+    }

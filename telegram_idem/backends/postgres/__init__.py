@@ -14,7 +14,11 @@ it):
   UPDATE SKIP LOCKED))``.
 
 The durable inbox (:meth:`PostgresStore.inbox`, a :class:`PostgresInbox`) lives in
-``<table_prefix>_inbox`` beside the records. The store and its inbox are parts over one
+``<table_prefix>_inbox`` beside the records; the outbox (:meth:`PostgresStore.outbox`, a
+:class:`PostgresOutbox`, whose ``enqueue_in`` joins the bot's own asyncpg or SQLAlchemy
+transaction) in ``<table_prefix>_outbox`` and ``<table_prefix>_outbox_parked``; the
+flood budgets (:meth:`PostgresStore.flood_budget`, a :class:`PostgresFloodBudget`) in
+``<table_prefix>_flood``. The store and its parts are objects over one
 :class:`PostgresConnection` (``store.connection``): the pool, the clock, the error
 translation and the purge bookkeeping.
 
@@ -45,23 +49,33 @@ transaction pooling mode (before 1.21, or without ``max_prepared_statements``) a
 
 Modules (private, one job each): ``_url`` (the URL), ``_errors`` (asyncpg's exceptions),
 ``_connection``, ``_sql`` (the records statements), ``_store`` (the records store),
-``_inbox_sql`` and ``_inbox`` (the inbox), ``_schema`` (tables and migration).
+``_inbox_sql`` and ``_inbox`` (the inbox), ``_outbox_sql`` and ``_outbox`` (the outbox),
+``_flood`` (the flood budget), ``_schema`` (tables and migration).
 """
 
 from __future__ import annotations
 
 from telegram_idem.backends.postgres._connection import PoolOptions, PostgresConnection
+from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
+from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import (
     COLUMNS,
     DEFAULT_TABLE_PREFIX,
     INBOX_COLUMNS,
+    OUTBOX_COLUMNS,
     create_ddl,
     create_schema,
     drop_ddl,
+    flood_table,
+    flood_table_name,
     inbox_table,
     inbox_table_name,
     migrate,
+    outbox_parked_table,
+    outbox_parked_table_name,
+    outbox_table,
+    outbox_table_name,
     records_table,
     table_name,
     validate_table_prefix,
@@ -73,18 +87,27 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_TABLE_PREFIX",
     "INBOX_COLUMNS",
+    "OUTBOX_COLUMNS",
     "PASSTHROUGH_OPTIONS",
     "STORE_OPTIONS",
     "PoolOptions",
     "PostgresConnection",
+    "PostgresFloodBudget",
     "PostgresInbox",
+    "PostgresOutbox",
     "PostgresStore",
     "create_ddl",
     "create_schema",
     "drop_ddl",
+    "flood_table",
+    "flood_table_name",
     "inbox_table",
     "inbox_table_name",
     "migrate",
+    "outbox_parked_table",
+    "outbox_parked_table_name",
+    "outbox_table",
+    "outbox_table_name",
     "records_table",
     "table_name",
     "validate_table_prefix",

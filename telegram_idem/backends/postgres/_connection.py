@@ -3,7 +3,9 @@
 :class:`PostgresConnection` is what the records store
 (:class:`~telegram_idem.backends.postgres.PostgresStore`) and its inbox
 (:class:`~telegram_idem.backends.postgres.PostgresInbox`) hold; neither touches the other.
-A later part (an outbox, a rate limiter) is one more object over the same connection.
+The outbox (:class:`~telegram_idem.backends.postgres.PostgresOutbox`) and the flood
+budget (:class:`~telegram_idem.backends.postgres.PostgresFloodBudget`) are more objects
+over the same connection.
 It owns:
 
 - the asyncpg pool, created on first use (with ``auto_create``, the schema too), closed
@@ -30,7 +32,14 @@ import asyncpg
 from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS, translate
-from telegram_idem.backends.postgres._schema import create_schema, inbox_table_name, table_name
+from telegram_idem.backends.postgres._schema import (
+    create_schema,
+    flood_table_name,
+    inbox_table_name,
+    outbox_parked_table_name,
+    outbox_table_name,
+    table_name,
+)
 from telegram_idem.backends.postgres._sql import SERVER_NOW
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 
@@ -105,7 +114,8 @@ class PostgresConnection:
         dsn: an asyncpg DSN without store options (it may hold the password: it is
             never shown).
         label: how messages name the store (its ``repr``: host, database, table).
-        table_prefix: the tables are ``<table_prefix>_records`` and ``<table_prefix>_inbox``.
+        table_prefix: the tables are ``<table_prefix>_records``, ``_inbox``, ``_outbox``,
+            ``_outbox_parked`` and ``_flood``.
         options: pool and purge settings.
         clock: seconds since the epoch; ``None`` = the server's clock.
 
@@ -127,6 +137,9 @@ class PostgresConnection:
         self.table_prefix = table_prefix
         self.records_table = table_name(table_prefix)
         self.inbox_table = inbox_table_name(table_prefix)
+        self.outbox_table = outbox_table_name(table_prefix)
+        self.outbox_parked_table = outbox_parked_table_name(table_prefix)
+        self.flood_table = flood_table_name(table_prefix)
         self.options = options
         self.connect_kwargs = dict(options.connect_kwargs)
         """Keyword arguments for ``asyncpg.create_pool`` beyond the options (read when
@@ -236,7 +249,18 @@ class PostgresConnection:
     def translate(self, op: str, exc: Exception) -> IdemError | None:
         """The library error for ``exc`` raised by ``op`` (a missing table and a value
         beyond PostgreSQL's limits get their own message), or ``None`` if not asyncpg's."""
-        return translate(f"{self.label}.{op}", exc, tables=(self.records_table, self.inbox_table))
+        return translate(f"{self.label}.{op}", exc, tables=self.tables)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table of the store, the records table first."""
+        return (
+            self.records_table,
+            self.inbox_table,
+            self.outbox_table,
+            self.outbox_parked_table,
+            self.flood_table,
+        )
 
     def call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> Awaitable[T]:
         """:meth:`run` ``fn(connection)`` as operation ``op``, its errors translated.

@@ -49,17 +49,18 @@ _VALUE_ERRORS = (
 )
 
 
-def translate(where: str, exc: Exception, *, tables: tuple[str, str]) -> IdemError | None:
+def translate(where: str, exc: Exception, *, tables: tuple[str, ...]) -> IdemError | None:
     """The library error for ``exc``, or ``None`` when it is not asyncpg's (propagated).
 
     Args:
         where: ``"<store repr>.<op>"`` (never a password).
         exc: what the round trip raised.
-        tables: ``(records table, inbox table)``: a missing one is named.
+        tables: the store's tables, the records table first: a missing one is named (the
+            records table when the message names none of them).
     """
     if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
-        records, inbox = tables
-        missing = inbox if inbox in str(exc) else records
+        named = [t for t in sorted(tables, key=len, reverse=True) if t in str(exc)]
+        missing = named[0] if named else tables[0]
         return ConfigurationError(
             f"{where}: table {missing!r} does not exist: run `telegram-idem migrate "
             f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "

@@ -3,7 +3,8 @@
 
 Each primitive is one statement of :mod:`telegram_idem.backends.postgres._sql`; the
 claim's outcome is decided from its one answer (``machine.decide_claim`` for a row it did
-not write). :meth:`PostgresStore.inbox` builds the inbox over the same connection.
+not write). :meth:`PostgresStore.inbox`, :meth:`PostgresStore.outbox` and
+:meth:`PostgresStore.flood_budget` build their parts over the same connection.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from telegram_idem.backends._base import Store
 from telegram_idem.backends._url import redact
 from telegram_idem.backends.postgres._connection import PoolOptions, PostgresConnection
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
+from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
+from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
 from telegram_idem.backends.postgres._sql import build_records_sql
 from telegram_idem.backends.postgres._url import SCHEMES, parse_store_url, store_options_in
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
+from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.outbox import Outbox
 
 __all__ = ["PostgresStore"]
 
@@ -147,7 +152,9 @@ class PostgresStore(Store):
         self.table_prefix = table_prefix
         self._sql = build_records_sql(self.table, server_clock=clock is None)
         self._inbox: PostgresInbox | None = None
-        self.connection.purge_with(self._purge_once)
+        self._outbox: PostgresOutbox | None = None
+        self._flood: PostgresFloodBudget | None = None
+        self.connection.purge_with(self._background_purge)
 
     def __repr__(self) -> str:
         return self.connection.label
@@ -305,7 +312,34 @@ class PostgresStore(Store):
             self._inbox = PostgresInbox(self.connection)
         return self._inbox
 
+    def outbox(self) -> Outbox:
+        """The durable outbox in ``<table_prefix>_outbox`` (parked chats in
+        ``<table_prefix>_outbox_parked``), on this store's connection; the same object on
+        every call. Its ``enqueue_in(conn, call)`` joins the bot's own transaction on
+        this database (see :class:`~telegram_idem.backends.postgres.PostgresOutbox`).
+        The tables are made by :meth:`migrate` / ``auto_create`` with the others.
+        """
+        if self._outbox is None:
+            self._outbox = PostgresOutbox(self.connection)
+        return self._outbox
+
+    def flood_budget(self) -> FloodBudget:
+        """The flood-control budgets in ``<table_prefix>_flood``, shared by every process
+        on this database (:class:`~telegram_idem.backends.postgres.PostgresFloodBudget`);
+        the same object on every call."""
+        if self._flood is None:
+            self._flood = PostgresFloodBudget(self.connection)
+        return self._flood
+
     # ------------------------------------------------------------------ maintenance
+
+    async def _background_purge(self, batch: int) -> int:
+        """The records' purge, then the outbox's settled entries past their retention
+        once the outbox is in use."""
+        deleted = await self._purge_once(batch)
+        if self._outbox is not None:
+            deleted += await self._outbox.purge_once(batch)
+        return deleted
 
     async def _purge_once(self, batch: int) -> int:
         sql = self._sql["purge"]
@@ -333,8 +367,8 @@ class PostgresStore(Store):
         return await self._call("purge", lambda: self._purge_once(batch))
 
     async def migrate(self) -> None:
-        """Create the records and inbox tables and their indexes if absent (idempotent,
-        safe concurrently).
+        """Create the records, inbox, outbox (and its parked chats) and flood tables and
+        their indexes if absent (idempotent, safe concurrently).
 
         Raises:
             ConfigurationError: bad credentials or database, or no CREATE privilege.
