@@ -4,6 +4,11 @@
   each store that supports it.
 - :mod:`telegram_idem.outbox._calls` — what an answer means (outcome classes), default
   ambiguous policies, latest-wins collapse keys, params encoding.
+- :class:`~telegram_idem.outbox._transport.HttpBotAPI` — the Bot API over HTTP (extra
+  ``outbox``); :class:`CallNotSent` / :class:`AmbiguousCall` — no answer came.
+- :class:`~telegram_idem.outbox._relay.Relay` — sends the entries and records outcomes.
+- :class:`~telegram_idem.outbox._sender.Outbound` — what bot code calls:
+  ``await outbound.call("sendMessage", {...})``.
 """
 
 import importlib as _importlib
@@ -25,13 +30,16 @@ from telegram_idem.outbox._calls import (
     ordering_key_of,
 )
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
+from telegram_idem.outbox._relay import Relay
 
 if _typing.TYPE_CHECKING:
+    from telegram_idem.outbox._sender import Outbound
     from telegram_idem.outbox._transport import BotAPI, HttpBotAPI
 
 _LAZY = {
     "BotAPI": "telegram_idem.outbox._transport",
     "HttpBotAPI": "telegram_idem.outbox._transport",
+    "Outbound": "telegram_idem.outbox._sender",
 }
 """Names from modules that reach aiohttp (extra ``outbox``): imported on first access, so
 the stores, which import this package for the contract, need no HTTP client."""
@@ -48,9 +56,11 @@ __all__ = [
     "FileRef",
     "HttpBotAPI",
     "NewCall",
+    "Outbound",
     "Outbox",
     "OutboxEntry",
     "OutcomeClass",
+    "Relay",
     "Verdict",
     "call_digest",
     "classify",

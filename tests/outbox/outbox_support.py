@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from telegram_idem._clock import ManualClock
 from telegram_idem.flood import Bucket, FloodBudget, decide
 from telegram_idem.testing import LoopbackServer
 
@@ -95,10 +94,11 @@ def error(code: int, description: str, **parameters: Any) -> Reply:
 class ClockBudget(FloodBudget):
     """A flood budget kept in a dict over a manual clock, by the contract's rule."""
 
-    def __init__(self, clock: ManualClock) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.tats: dict[str, float] = {}
         self.reservations = 0
+        self.pauses = 0
 
     async def reserve(self, buckets: Sequence[Bucket]) -> float:
         now = self.clock()
@@ -110,6 +110,7 @@ class ClockBudget(FloodBudget):
         return wait
 
     async def pause(self, key: str, seconds: float) -> None:
+        self.pauses += 1
         self.tats[key] = max(self.tats.get(key, 0.0), self.clock() + seconds)
 
     async def paused_for(self, key: str) -> float:

@@ -16,8 +16,11 @@ from telegram_idem.flood import BULK, FloodControl, Limits, Rate
 
 
 def control(budget: ClockBudget, **kwargs: object) -> FloodControl:
+    clock = budget.clock
+    assert isinstance(clock, ManualClock)
+
     async def sleep(seconds: float) -> None:  # time passes on the store's clock
-        budget.clock.advance(seconds)
+        clock.advance(seconds)
 
     return FloodControl(budget, bot_id=BOT_ID, sleep=sleep, **kwargs)  # type: ignore[arg-type]
 
