@@ -8,7 +8,6 @@ The statements, and why take keeps one call in flight per chat under concurrency
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -16,9 +15,11 @@ from typing import Any, Literal
 import asyncpg
 import asyncpg.pool
 
+from telegram_idem import _outbox_logic as logic
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._outbox_sql import (
+    WITHOUT_NOW,
     build_outbox_sql,
     collapse_lock,
     unit_lock,
@@ -37,11 +38,6 @@ _PARAM = re.compile(r"\$(\d+)(?:::(\w+(?:\[\])?))?")
 
 Fetch = Callable[[str, Sequence[Any]], Awaitable[list[Any]]]
 """Run one statement (``$n`` placeholders) on some connection, returning its rows."""
-
-
-def _superseded_result(key: str) -> bytes:
-    """``{"superseded_by": key}`` as compact ASCII JSON (the in-process stores' bytes)."""
-    return json.dumps({"superseded_by": key}, separators=(",", ":")).encode("ascii")
 
 
 def _entry(row: Any) -> OutboxEntry:
@@ -139,7 +135,7 @@ class PostgresOutbox(Outbox):
 
     async def _fetch(self, op: str, name: str, *args: Any) -> list[Any]:
         sql = self._sql[name]
-        params = (*args, *self.connection.now_args())
+        params = args if name in WITHOUT_NOW else (*args, *self.connection.now_args())
 
         async def run(conn: Any) -> list[Any]:
             rows: list[Any] = await conn.fetch(sql, *params)
@@ -171,7 +167,7 @@ class PostgresOutbox(Outbox):
             AmbiguousPolicy(call.policy).value,
             int(call.priority),
             float(call.retention),
-            _superseded_result(call.key),
+            logic.superseded_result(call.key),
             *self.connection.now_args(),
         )
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 from telegram_idem.backends.postgres._schema import OUTBOX_COLUMNS
 from telegram_idem.backends.postgres._sql import NOW_CTE, render_statements
 
-__all__ = ["LOCK", "build_outbox_sql", "collapse_lock", "unit_lock"]
+__all__ = ["LOCK", "WITHOUT_NOW", "build_outbox_sql", "collapse_lock", "unit_lock"]
 
 _COLS = ", ".join(OUTBOX_COLUMNS)
 _T_COLS = ", ".join(f"t.{c}" for c in OUTBOX_COLUMNS)
@@ -306,6 +306,9 @@ _STATEMENTS: dict[str, tuple[str, int]] = {
     "purge": (_PURGE, 2),
     "exists": (_EXISTS, 0),
 }
+
+WITHOUT_NOW = frozenset(name for name, (_, now) in _STATEMENTS.items() if now == 0)
+"""The statements that take no "now" parameter."""
 
 
 def build_outbox_sql(outbox: str, parked: str, *, server_clock: bool) -> dict[str, str]:
