@@ -24,6 +24,7 @@ from telegram_idem.backends.sqlite._enqueue import (
     run_steps,
 )
 from telegram_idem.backends.sqlite._join import run_steps_in
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.outbox import CallStatus, NewCall, Outbox, OutboxEntry
 
 __all__ = ["SQLiteOutbox"]
@@ -46,6 +47,8 @@ _LEASE = (
     "UPDATE idem_outbox SET status = 'in_flight', attempts = attempts + 1, token = token + 1, "
     f"lease_expires_at = :now + :lease WHERE key = :key RETURNING {COLUMNS}"
 )
+# A delivered or superseded entry past its retention is gone, deleted yet or not.
+_KEPT = "(expires_at IS NULL OR expires_at > :now)"
 _HELD = "key = :key AND token = :token AND status = 'in_flight'"
 _PURGE = (
     "DELETE FROM idem_outbox WHERE seq IN "
@@ -79,7 +82,14 @@ class SQLiteOutbox(Outbox):
 
     async def _read(self, op: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         db = self._db
-        return await db.call(op, lambda: db.run(lambda c: c.execute(sql, params).fetchall()))
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                sql, {**params, "now": db.clock()}
+            ).fetchall()
+            return rows
+
+        return await db.call(op, lambda: db.run(read))
 
     async def enqueue(self, call: NewCall) -> tuple[OutboxEntry, bool]:
         def body(conn: sqlite3.Connection, now: float) -> tuple[OutboxEntry, bool]:
@@ -99,7 +109,13 @@ class SQLiteOutbox(Outbox):
 
         The first statement is a write, so the decision is taken under SQLite's write
         lock even in a ``DEFERRED`` transaction. On an error the transaction may hold
-        part of the enqueue: roll it back.
+        part of the enqueue: roll it back. SQLite has one writer at a time: until the
+        bot's transaction ends, the store's own writes (claims, takes, another
+        ``enqueue``) wait for it, so commit before awaiting them.
+
+        The store sets its file up (WAL mode, its tables) on its first use; if that first
+        use is this call inside a transaction that already holds the file's lock, it
+        cannot, and says so at once (a :class:`ConfigurationError`) rather than wait.
 
         Args:
             conn: a :class:`sqlite3.Connection` (statements run on the calling thread) or
@@ -114,14 +130,25 @@ class SQLiteOutbox(Outbox):
         Raises:
             ConfigurationError: ``conn`` is neither connection type, is on another
                 database file (compared by ``PRAGMA database_list``, paths resolved), or
-                is in autocommit mode outside a transaction.
+                is in autocommit mode outside a transaction, or the store's file is not set
+                up and cannot be now (see above).
             StoreError: SQLite could not answer (a lock wait past the ``busy_timeout``
                 of ``conn``).
         """
         db = self._db
-        await db.run(lambda _: None)  # the store opens the file first: its tables exist
 
         async def job() -> tuple[OutboxEntry, bool]:
+            try:  # the outbox's tables must exist; the bot's transaction may hold the lock
+                await db.open(wait=False)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    raise
+                raise ConfigurationError(
+                    f"{self!r}.enqueue_in: the store has not set up its file yet and cannot "
+                    "while another connection (the bot's transaction, likely) holds its lock: "
+                    "use the store once before the bot's first transaction (any call, e.g. "
+                    "await outbox.counts())"
+                ) from exc
             steps = enqueue_steps(call, db.clock())
             return await run_steps_in(conn, steps, path=db.path, name=repr(self))
 
@@ -241,7 +268,7 @@ class SQLiteOutbox(Outbox):
 
     async def get(self, key: str) -> OutboxEntry | None:
         rows = await self._read(
-            "get", f"SELECT {COLUMNS} FROM idem_outbox WHERE key = :key", {"key": key}
+            "get", f"SELECT {COLUMNS} FROM idem_outbox WHERE key = :key AND {_KEPT}", {"key": key}
         )
         return entry_of(rows[0]) if rows else None
 
@@ -249,7 +276,7 @@ class SQLiteOutbox(Outbox):
         self, *, status: CallStatus, bot_id: int | None = None, limit: int = 100
     ) -> list[OutboxEntry]:
         sql = (
-            f"SELECT {COLUMNS} FROM idem_outbox WHERE status = :status "
+            f"SELECT {COLUMNS} FROM idem_outbox WHERE status = :status AND {_KEPT} "
             "AND (:bot_id IS NULL OR bot_id = :bot_id) ORDER BY seq LIMIT :limit"
         )
         args = {"status": CallStatus(status).value, "bot_id": bot_id, "limit": limit}
@@ -306,8 +333,8 @@ class SQLiteOutbox(Outbox):
 
     async def counts(self, *, bot_id: int | None = None) -> dict[CallStatus, int]:
         sql = (
-            "SELECT status, COUNT(*) FROM idem_outbox "
-            "WHERE :bot_id IS NULL OR bot_id = :bot_id GROUP BY status"
+            f"SELECT status, COUNT(*) FROM idem_outbox WHERE {_KEPT} "
+            "AND (:bot_id IS NULL OR bot_id = :bot_id) GROUP BY status"
         )
         rows = await self._read("counts", sql, {"bot_id": bot_id})
         return {CallStatus(status): n for status, n in rows}
