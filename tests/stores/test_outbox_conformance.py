@@ -80,3 +80,11 @@ class TestRedis(Outbound):
     @pytest.fixture
     def store_url_factory(self, redis_url_factory: UrlFactory) -> UrlFactory:
         return redis_url_factory
+
+
+class TestRedisCluster(Outbound):
+    pytestmark = pytest.mark.redis
+
+    @pytest.fixture
+    def store_url_factory(self, redis_cluster_url_factory: UrlFactory) -> UrlFactory:
+        return redis_cluster_url_factory

@@ -24,9 +24,14 @@ one slot (one node) on a Redis Cluster and bots spread over the cluster. With
 ``B:x``            zset: delivered and superseded keys by retention end (ms)
 ``B:parked``       set: the parked chats; ``B:p:<unit>`` zset: their parked entries
 ``D:bots``         set: the bots with an outbox (``bot_id=None`` reads, ``get``)
-``D:seq``          string: the ``seq`` counter on a single node (store-wide); on a
-                   cluster each bot counts its own (``B:seq``), so ``seq`` increases per
-                   bot and ``bot_id=None`` listings merge bots by it
+``D:seq``          string: the store-wide ``seq`` counter. On a single node the scripts
+                   count it; on a cluster (another slot) an enqueue or redrive first
+                   increments it and passes the value as the script's floor; the bot's
+                   ``B:seq`` keeps its last seq, and a floor not above it (two enqueues
+                   raced) is answered ``stale`` and drawn again, so seqs stay unique and
+                   increasing store-wide (one more round trip on a cluster). An unpark or
+                   a migration into a chat with live entries numbers behind the bot's
+                   last seq
 =================  ==============================================================
 
 Every chat with live entries is in exactly one of the ``B:r:<prio>`` / ``B:wait`` (the
@@ -52,11 +57,11 @@ seq counter as ``KEYS[1..2]`` (the same slot on a cluster), as the inbox does.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from telegram_idem._outbox_logic import superseded_result
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text
@@ -71,6 +76,8 @@ _TAKE = SCRIPTS["outbox_take"]
 _HELD = SCRIPTS["outbox_held"]
 _ADMIN = SCRIPTS["outbox_admin"]
 _READ = SCRIPTS["outbox_read"]
+_STALE = b"stale"
+"""A script's answer when its seq floor is stale (a cluster's racing enqueues)."""
 
 BOT_OF_KEY = re.compile(r"(?s).*?:(-?[0-9]+):[ao]:")
 """Where an effect key names its bot (:meth:`telegram_idem._keys.KeyBuilder.effect` and
@@ -104,11 +111,6 @@ def _entry(bot_id: int, row: Sequence[Any]) -> OutboxEntry:
     )
 
 
-def superseded_result(key: str) -> bytes:
-    """A superseded entry's ``result``: ``{"superseded_by": key}`` as compact ASCII JSON."""
-    return json.dumps({"superseded_by": key}, separators=(",", ":")).encode("ascii")
-
-
 class RedisOutbox(Outbox):
     """Durable outbox in the store's Redis (layout and scripts: module docstring).
 
@@ -136,21 +138,23 @@ class RedisOutbox(Outbox):
         layout = self.connection.keys
         return [layout.outbox_base(bot_id).encode(), layout.outbox_seq(bot_id).encode()]
 
-    async def _script(self, op: str, script: Script, bot_id: int, args: Sequence[Any]) -> Any:
+    async def _script(
+        self, op: str, script: Script, bot_id: int, args: Sequence[Any], floor: int = 0
+    ) -> Any:
         connection = self.connection
         keys = self._keys(bot_id)
-        argv = [connection.now_arg(), *args]
+        argv = [connection.now_arg(), *args, str(floor)]
         return await connection.call(f"outbox.{op}", lambda: connection.run(script, keys, argv))
 
     async def _each_bot(
-        self, op: str, script: Script, bots: Sequence[int], args: Sequence[Any]
+        self, op: str, script: Script, bots: Sequence[int], args: Sequence[Any], floor: int = 0
     ) -> list[Any]:
         """``script`` once per bot in one pipeline; answers in ``bots`` order."""
         if not bots:
             return []
         connection = self.connection
         batches = [self._keys(b) for b in bots]
-        argv = [connection.now_arg(), *args]
+        argv = [connection.now_arg(), *args, str(floor)]
         return await connection.call(
             f"outbox.{op}", lambda: connection.run_pipelined(script, batches, argv)
         )
@@ -177,7 +181,22 @@ class RedisOutbox(Outbox):
         await connection.call("outbox.register", lambda: connection.execute(add))
         self._registered.add(bot_id)
 
-    async def _locate(self, op: str, key: str, args: Sequence[Any]) -> tuple[int, Any] | None:
+    async def _floor(self) -> int:
+        """The seq floor of a script that takes a new seq: 0 on a single node (the script
+        counts store-wide itself); on a cluster a fresh ``INCR`` of ``D:seq``."""
+        if not self.connection.cluster:
+            return 0
+        connection = self.connection
+        key = f"{self.directory}seq".encode()
+
+        async def incr(client: RedisClient) -> int:
+            return int(await client.incr(key))
+
+        return await connection.call("outbox.seq", lambda: connection.execute(incr))
+
+    async def _locate(
+        self, op: str, key: str, args: Sequence[Any], floor: int = 0
+    ) -> tuple[int, Any] | None:
         """Run the read or admin ``args`` for ``key`` on the bot that holds it: ``(bot,
         answer)`` of the first bot whose answer is not absent/0, or ``None``."""
         script = _READ if op == "get" else _ADMIN
@@ -185,11 +204,12 @@ class RedisOutbox(Outbox):
         tried: int | None = None
         if hint is not None:
             tried = int(hint.group(1))
-            answer = await self._script(op, script, tried, args)
+            answer = await self._script(op, script, tried, args, floor)
             if not absent(answer) and answer != 0:
                 return tried, answer
         others = [b for b in await self._bots() if b != tried]
-        for bot, answer in zip(others, await self._each_bot(op, script, others, args), strict=True):
+        answers = await self._each_bot(op, script, others, args, floor)
+        for bot, answer in zip(others, answers, strict=True):
             if not absent(answer) and answer != 0:
                 return bot, answer
         return None
@@ -210,8 +230,11 @@ class RedisOutbox(Outbox):
             str(ms(call.retention, "retention")),
             superseded_result(call.key),
         ]
-        stored, row = await self._script("enqueue", _ENQUEUE, call.bot_id, args)
-        return _entry(call.bot_id, row), bool(stored)
+        while True:
+            answer = await self._script("enqueue", _ENQUEUE, call.bot_id, args, await self._floor())
+            if answer != _STALE:
+                stored, row = answer
+                return _entry(call.bot_id, row), bool(stored)
 
     async def take(
         self, *, bot_id: int, lease: float, ordering_key: str | None = None
@@ -312,7 +335,12 @@ class RedisOutbox(Outbox):
         return found[:limit]
 
     async def redrive(self, key: str) -> bool:
-        return await self._locate("redrive", key, ["redrive", key.encode()]) is not None
+        while True:
+            found = await self._locate(
+                "redrive", key, ["redrive", key.encode()], await self._floor()
+            )
+            if found is None or found[1] != _STALE:
+                return found is not None
 
     async def resolve(self, key: str, *, result: bytes) -> bool:
         args = ["resolve", key.encode(), result]

@@ -2,11 +2,30 @@
 -- load, reply, place, leave_live, cleanup). Layout: telegram_idem/backends/redis/_outbox.py.
 -- KEYS[1]: B, the bot's key base ('<p>:{<p>:outbox:<bot_id>}:', one slot);
 -- KEYS[2]: the seq counter (store-wide on a single node, B..'seq' on a cluster).
--- ARGV[1]: now_ms|''.
+-- ARGV[1]: now_ms|''; the last ARGV: the seq floor (0 on a single node; on a cluster a
+-- fresh value of the store-wide counter, for the scripts that take a new seq).
 local B, K_SEQ = KEYS[1], KEYS[2]
 local K_WAIT, K_PRIOS, K_RP, K_X, K_PARKED = B .. 'wait', B .. 'prios', B .. 'rp', B .. 'x',
   B .. 'parked'
 local now = now_ms(ARGV[1])
+local FLOOR = tonumber(ARGV[#ARGV]) or 0
+
+local function last_seq()
+  return tonumber(redis.call('GET', K_SEQ) or '0')
+end
+
+-- On a cluster: the floor was drawn before a seq of this bot that is larger (two
+-- enqueues raced): the caller draws another (store-wide seqs stay unique, increasing).
+local function stale()
+  return FLOOR > 0 and FLOOR <= last_seq()
+end
+
+-- The next seq: above every seq of this bot, and the floor when there is one.
+local function next_seq()
+  local s = math.max(last_seq() + 1, FLOOR)
+  redis.call('SET', K_SEQ, fmt(s))
+  return s
+end
 
 local function ekey(k) return B .. 'e:' .. k end
 local function kkey(okey) return B .. 'k:' .. okey end
@@ -153,7 +172,7 @@ end
 -- at the back (a new seq), so a chat's head is always its oldest live entry.
 local function join_live(e)
   if redis.call('ZCARD', kkey(e.okey)) > 0 then
-    local seq = redis.call('INCR', K_SEQ)
+    local seq = next_seq()
     redis.call('ZREM', skey(e.status), e.key)
     e.seq = seq
     redis.call('ZADD', skey(e.status), fmt(seq), e.key)

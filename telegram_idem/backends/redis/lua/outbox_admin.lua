@@ -1,7 +1,7 @@
 -- admin (redrive / resolve / unpark) = record.lua .. outbox.lua .. this.
 -- ARGV[2]: op; [3]: key (redrive, resolve) or unit (unpark); [4]: result (resolve).
 -- Reply: 1 | 0 (redrive, resolve: done or not in a status it applies to); unpark: how
--- many entries went back to pending.
+-- many entries went back to pending; redrive: 'stale' (see stale()).
 local op = ARGV[2]
 if op == 'unpark' then
   local okey = ARGV[3]
@@ -30,12 +30,15 @@ if op == 'redrive' then
   if e.status ~= 'dead' and e.status ~= 'unknown' and e.status ~= 'parked' then
     return 0
   end
+  if stale() then
+    return 'stale'
+  end
   if e.status == 'parked' then
     redis.call('ZREM', pkey(e.okey), k)
   end
   -- the back of its chat (a new seq): a later entry of the chat may be in flight already
   redis.call('ZREM', skey(e.status), k)
-  e.seq = redis.call('INCR', K_SEQ)
+  e.seq = next_seq()
   e.status = 'pending'
   redis.call('ZADD', skey('pending'), fmt(e.seq), k)
   redis.call('HSET', ekey(k), 'status', 'pending', 'seq', fmt(e.seq), 'att', '0',

@@ -2,12 +2,15 @@
 -- ARGV[2]: key; [3]: method; [4]: params; [5]: unit (ordering key, or the key);
 -- [6]: collapse key or ''; [7]: '1' when there is a collapse key; [8]: policy;
 -- [9]: priority; [10]: retention_ms; [11]: the superseded entries' result JSON.
--- Reply: {1 | 0 (stored already: nothing written), entry}.
+-- Reply: {1 | 0 (stored already: nothing written), entry}, or 'stale' (see stale()).
 cleanup(100)
 local k = ARGV[2]
 local old = load(k, true)
 if old then
   return {0, reply(old)}
+end
+if stale() then
+  return 'stale'
 end
 -- a settled entry past its retention that Redis still holds (a test clock): replace it
 if redis.call('EXISTS', ekey(k)) == 1 then
@@ -44,7 +47,7 @@ local status = 'pending'
 if redis.call('SISMEMBER', K_PARKED, okey) == 1 then
   status = 'parked'
 end
-local seq = redis.call('INCR', K_SEQ)
+local seq = next_seq()
 local e = {key = k, seq = seq, method = ARGV[3], params = ARGV[4], okey = okey, ckey = ck,
            policy = ARGV[8], prio = tonumber(ARGV[9]), ret = tonumber(ARGV[10]),
            status = status, att = 0, tok = 0, cat = now, avail = now, lease = 0, sat = 0,
