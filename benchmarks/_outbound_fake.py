@@ -7,7 +7,8 @@ limits (``Limits()``: 30 messages/s in all, about 1/s per private chat; it answe
 Telegram) on a free loopback port, prints its base URL on one line, and serves until its
 stdin closes. Then it prints one JSON line about ``sendMessage``:
 ``{"ok_at": [seconds since the first request, of each accepted call], "throttled": n,
-"other": n}`` (429 answers; any other failure) and exits.
+"other": n, "limit_429s": n}`` (429 answers; any other failure; every call the enforced
+limits answered 429, whatever its method) and exits.
 
 Its own process, so the senders under test never share its event loop.
 """
@@ -19,7 +20,6 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -33,8 +33,7 @@ class CountingBotAPI(FakeBotAPI):
     """The fake, counting each ``sendMessage`` answer by its status as it leaves."""
 
     def __init__(self, *, limits: Limits | None) -> None:
-        options: dict[str, Any] = {} if limits is None else {"limits": limits}
-        super().__init__(**options)
+        super().__init__(limits=limits)
         self.ok_at: list[float] = []
         self.throttled = 0
         self.other = 0
@@ -69,7 +68,16 @@ async def serve(limits: Limits | None) -> None:
         await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
     finally:
         await api.close()
-    print(json.dumps({"ok_at": api.ok_at, "throttled": api.throttled, "other": api.other}))
+    print(
+        json.dumps(
+            {
+                "ok_at": api.ok_at,
+                "throttled": api.throttled,
+                "other": api.other,
+                "limit_429s": api.limit_429s,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """One sending process of benchmarks/outbound.py's flood measure (run by it, two at once).
 
-Usage: python benchmarks/_outbound_sender.py KIND API_URL INDEX PROCESSES MESSAGES CHATS [STORE_URL]
+Usage: python benchmarks/_outbound_sender.py KIND API_URL INDEX PROCESSES MESSAGES CHATS [STORE_URL [MARGIN]]
 
 KIND:
 
@@ -10,8 +10,9 @@ KIND:
   overall, per process; ``max_retries=5``), a ``RetryAfter`` that still escapes waits and
   sends again;
 - ``relay``: our relay delivering the outbox of STORE_URL (the parent enqueued every
-  message beforehand), paced by ``FloodControl`` on the same store; it stops when the
-  outbox has nothing live left.
+  message beforehand), paced by ``FloodControl`` on the same store with ``Limits()``, or
+  ``Limits().scaled(MARGIN)`` when a MARGIN below 1 is given; it stops when the outbox has
+  nothing live left.
 
 ``aiogram`` and ``ptb`` send message ``j`` (of ``MESSAGES``, to chat ``j % CHATS``) when
 ``(j // CHATS) % PROCESSES == INDEX``, so every chat gets messages from every process, one
@@ -142,16 +143,18 @@ async def run_ptb(url: str, work: dict[int, list[int]]) -> dict[str, float]:
     return {"elapsed": elapsed, "sent": sent, "retry_after_seen": seen}
 
 
-async def run_relay(url: str, store_url: str) -> dict[str, float]:
+async def run_relay(url: str, store_url: str, margin: float) -> dict[str, float]:
     from telegram_idem.backends import store_from_url
     from telegram_idem.backends._abilities import outbox_of
-    from telegram_idem.flood import FloodControl
+    from telegram_idem.flood import FloodControl, Limits
     from telegram_idem.outbox import CallStatus, HttpBotAPI, Relay
 
     store = store_from_url(store_url)
     outbox = outbox_of(store)
     api = HttpBotAPI(TOKEN, base_url=url)
-    relay = Relay(outbox, api, bot_id=BOT_ID, flood=FloodControl.for_store(store, bot_id=BOT_ID))
+    limits = Limits() if margin == 1 else Limits().scaled(margin)
+    flood = FloodControl.for_store(store, bot_id=BOT_ID, limits=limits)
+    relay = Relay(outbox, api, bot_id=BOT_ID, flood=flood)
     try:
         await outbox.counts(bot_id=BOT_ID)  # connected, outside the timing
         await api.call("getMe", b"{}")
@@ -182,7 +185,7 @@ async def main(argv: list[str]) -> None:
     elif kind == "ptb":
         out = await run_ptb(url, work)
     elif kind == "relay":
-        out = await run_relay(url, argv[6])
+        out = await run_relay(url, argv[6], float(argv[7]) if len(argv) > 7 else 1.0)
     else:
         raise SystemExit(f"unknown kind {kind!r}")
     print(json.dumps(out), flush=True)
