@@ -1,6 +1,6 @@
 """One sending process of benchmarks/outbound.py's flood measure (run by it, two at once).
 
-Usage: python benchmarks/_outbound_sender.py KIND API_URL INDEX PROCESSES MESSAGES CHATS [STORE_URL [MARGIN]]
+Usage: python benchmarks/_outbound_sender.py KIND API_URL INDEX PROCESSES MESSAGES CHATS [STORE_URL [LIMITS]]
 
 KIND:
 
@@ -10,9 +10,9 @@ KIND:
   overall, per process; ``max_retries=5``), a ``RetryAfter`` that still escapes waits and
   sends again;
 - ``relay``: our relay delivering the outbox of STORE_URL (the parent enqueued every
-  message beforehand), paced by ``FloodControl`` on the same store with ``Limits()``, or
-  ``Limits().scaled(MARGIN)`` when a MARGIN below 1 is given; it stops when the outbox has
-  nothing live left.
+  message beforehand), paced by ``FloodControl`` on the same store with the limits LIMITS
+  names (:func:`limits_of`; default ``Limits()``); it stops when the outbox has nothing
+  live left.
 
 ``aiogram`` and ``ptb`` send message ``j`` (of ``MESSAGES``, to chat ``j % CHATS``) when
 ``(j // CHATS) % PROCESSES == INDEX``, so every chat gets messages from every process, one
@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable
+
+from telegram_idem.flood import Limits, Rate
 
 TOKEN = "7000000001:AAbenchOutboundFloodControl0000000"
 BOT_ID = 7000000001
@@ -143,17 +146,28 @@ async def run_ptb(url: str, work: dict[int, list[int]]) -> dict[str, float]:
     return {"elapsed": elapsed, "sent": sent, "retry_after_seen": seen}
 
 
-async def run_relay(url: str, store_url: str, margin: float) -> dict[str, float]:
+def limits_of(spec: str) -> Limits:
+    """``default`` (``Limits()``), ``scaled:F`` (``Limits().scaled(F)``) or ``headroom:N``
+    (``Limits()`` with the global burst ``N`` calls smaller, its rate kept)."""
+    kind, _, value = spec.partition(":")
+    if kind == "scaled":
+        return Limits().scaled(float(value))
+    if kind == "headroom":
+        g = Limits().global_
+        return dataclasses.replace(Limits(), global_=Rate(g.calls, g.per, g.burst - int(value)))
+    return Limits()
+
+
+async def run_relay(url: str, store_url: str, spec: str) -> dict[str, float]:
     from telegram_idem.backends import store_from_url
     from telegram_idem.backends._abilities import outbox_of
-    from telegram_idem.flood import FloodControl, Limits
+    from telegram_idem.flood import FloodControl
     from telegram_idem.outbox import CallStatus, HttpBotAPI, Relay
 
     store = store_from_url(store_url)
     outbox = outbox_of(store)
     api = HttpBotAPI(TOKEN, base_url=url)
-    limits = Limits() if margin == 1 else Limits().scaled(margin)
-    flood = FloodControl.for_store(store, bot_id=BOT_ID, limits=limits)
+    flood = FloodControl.for_store(store, bot_id=BOT_ID, limits=limits_of(spec))
     relay = Relay(outbox, api, bot_id=BOT_ID, flood=flood)
     try:
         await outbox.counts(bot_id=BOT_ID)  # connected, outside the timing
@@ -185,7 +199,7 @@ async def main(argv: list[str]) -> None:
     elif kind == "ptb":
         out = await run_ptb(url, work)
     elif kind == "relay":
-        out = await run_relay(url, argv[6], float(argv[7]) if len(argv) > 7 else 1.0)
+        out = await run_relay(url, argv[6], argv[7] if len(argv) > 7 else "default")
     else:
         raise SystemExit(f"unknown kind {kind!r}")
     print(json.dumps(out), flush=True)
