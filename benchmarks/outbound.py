@@ -1,6 +1,6 @@
 """Outbound benchmark: the outbox in a transaction, flood control across processes, bytes.
 
-    .venv/bin/python benchmarks/outbound.py [--quick] [--runs 5] [--n 300] [--messages 330]
+    .venv/bin/python benchmarks/outbound.py [--quick] [--runs 5] [--n 300] [--messages 270]
         [--skip tx,flood,bytes]
 
 Three measures, each against a baseline run on this machine in the same run:
@@ -19,7 +19,7 @@ Three measures, each against a baseline run on this machine in the same run:
   limits kept per process). Reports the rate the fake accepted, the share of what the
   limits allow in that time (goal ≥ 95 % for ours) and the 429s the fake answered
   (goal 0 for ours).
-- **(c) bytes of store per pending entry**: ``--n`` × 10 pending ``sendMessage`` calls of
+- **(c) bytes of store per pending entry**: ``--n`` × 5 pending ``sendMessage`` calls of
   ~100 characters enqueued in a fresh store; PostgreSQL ``pg_total_relation_size`` delta,
   Redis ``MEMORY USAGE`` summed over the store's keys, SQLite file size after a checkpoint,
   memory ``tracemalloc`` delta, each divided by the count.
@@ -691,7 +691,7 @@ async def bench(args: argparse.Namespace) -> str:
                 res.flood.append(flood)
                 print("  " + flood_table([flood], args.messages)[4], flush=True)
     if "bytes" not in args.skip:
-        count = args.n * 10
+        count = args.n * 5
         for name, bfn in BYTES.items():
             async with AsyncExitStack() as stack:
                 print(f"bytes: {name} ({count} entries) …", flush=True)
@@ -719,7 +719,7 @@ async def bench(args: argparse.Namespace) -> str:
     if res.flood:
         lines += [*flood_table(res.flood, args.messages), ""]
     if res.bytes:
-        lines += [*bytes_table(res.bytes, args.n * 10), ""]
+        lines += [*bytes_table(res.bytes, args.n * 5), ""]
     if res.notes:
         lines += ["Skipped or incomplete:", "", *[f"- {note}" for note in res.notes]]
     return "\n".join(lines)
@@ -732,10 +732,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the smallest settings")
     parser.add_argument("--runs", type=int, default=None, help="runs of (a) (default 5)")
     parser.add_argument(
-        "--n", type=int, default=None, help="transactions per run of (a); (c) enqueues 10× (300)"
+        "--n", type=int, default=None, help="transactions per run of (a); (c) enqueues 5× (300)"
     )
     parser.add_argument(
-        "--messages", type=int, default=None, help="messages of (b) (default 330: ~10 s)"
+        "--messages", type=int, default=None, help="messages of (b) (default 270: ~8 s)"
     )
     parser.add_argument(
         "--skip", default="", help="comma-separated measures to leave out: tx,flood,bytes"
@@ -749,7 +749,7 @@ def main() -> None:
     args = parser.parse_args()
     args.runs = args.runs or (2 if args.quick else 5)
     args.n = args.n or (30 if args.quick else 300)
-    args.messages = args.messages or (60 if args.quick else 330)
+    args.messages = args.messages or (60 if args.quick else 270)
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.skip - {"tx", "flood", "bytes"} or args.runs < 1 or args.n < 1 or args.messages < 1:
         parser.error("--skip takes tx, flood, bytes; --runs, --n, --messages must be ≥ 1")
