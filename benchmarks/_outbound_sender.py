@@ -11,7 +11,7 @@ KIND:
   sends again;
 - ``relay``: our relay delivering the outbox of STORE_URL (the parent enqueued every
   message beforehand), paced by ``FloodControl`` on the same store with the limits LIMITS
-  names (:func:`limits_of`; default ``Limits()``); it stops when the outbox has nothing
+  names (:func:`limits_of`; default FloodControl's own, ``Limits().with_headroom()``); it stops when the outbox has nothing
   live left.
 
 ``aiogram`` and ``ptb`` send message ``j`` (of ``MESSAGES``, to chat ``j % CHATS``) when
@@ -146,16 +146,19 @@ async def run_ptb(url: str, work: dict[int, list[int]]) -> dict[str, float]:
     return {"elapsed": elapsed, "sent": sent, "retry_after_seen": seen}
 
 
-def limits_of(spec: str) -> Limits:
-    """``default`` (``Limits()``), ``scaled:F`` (``Limits().scaled(F)``) or ``headroom:N``
-    (``Limits()`` with the global burst ``N`` calls smaller, its rate kept)."""
+def limits_of(spec: str) -> Limits | None:
+    """``default`` (``None``: FloodControl's default, ``Limits().with_headroom()``),
+    ``exact`` (``Limits()``, exactly the fake's), ``scaled:F`` (``Limits().scaled(F)``) or
+    ``headroom:N`` (``Limits()`` with the global burst ``N`` calls smaller, its rate kept)."""
     kind, _, value = spec.partition(":")
     if kind == "scaled":
         return Limits().scaled(float(value))
     if kind == "headroom":
         g = Limits().global_
         return dataclasses.replace(Limits(), global_=Rate(g.calls, g.per, g.burst - int(value)))
-    return Limits()
+    if kind == "exact":
+        return Limits()
+    return None
 
 
 async def run_relay(url: str, store_url: str, spec: str) -> dict[str, float]:

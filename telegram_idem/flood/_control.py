@@ -32,7 +32,9 @@ class FloodControl:
     Args:
         budget: the store's budget (``store.flood_budget()``; see :meth:`for_store`).
         bot_id: the bot whose budgets these are.
-        limits: the budgets' sizes (Telegram's published guidance by default).
+        limits: the budgets' sizes (default ``Limits().with_headroom()``: Telegram's
+            published guidance with bursts a tenth smaller, so calls reserved at the edge
+            of a budget do not reach Telegram ahead of their turn).
         keys: the key layout (``KeyBuilder()`` by default; give the one your ``Idem``
             uses, so tenants with their own prefix do not share budgets).
         sleep: how to wait (tests inject one).
@@ -49,7 +51,7 @@ class FloodControl:
     ) -> None:
         self.budget = budget
         self.bot_id = bot_id
-        self.limits = limits if limits is not None else Limits()
+        self.limits = limits if limits is not None else Limits().with_headroom()
         self.keys = keys if keys is not None else KeyBuilder()
         self.sleep = sleep
 
