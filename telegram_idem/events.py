@@ -48,9 +48,10 @@ __all__ = [
     "subscribe",
 ]
 
-Boundary = Literal["update", "action", "step", "lock"]
+Boundary = Literal["update", "action", "step", "lock", "outbox"]
 """Where a decision was made: the update guard (a claim, or an inbox admission), the
-action guard, a side-effect step, or a lock."""
+action guard, a side-effect step, a lock, or the outbox relay (what an outgoing call's
+answer decided)."""
 
 decision_logger = logging.getLogger("telegram_idem.decisions")
 """The logger of the default subscriber (one record per decision)."""
@@ -63,11 +64,14 @@ class DecisionEvent:
     """One guard decision.
 
     Attributes:
-        boundary: ``"update"``, ``"action"``, ``"step"`` or ``"lock"``.
+        boundary: ``"update"``, ``"action"``, ``"step"``, ``"lock"`` or ``"outbox"``.
         decision: what was decided. Claims: ``"acquired"``, ``"replay"``,
             ``"in_progress"``, ``"conflict"``, ``"failed"`` (a stored failure replayed).
             Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
-            ``"admitted"``, ``"duplicate"``, ``"not_yet"``.
+            ``"admitted"``, ``"duplicate"``, ``"not_yet"``. Outbox calls (``handler`` is
+            the Bot API method): ``"delivered"``, ``"already_done"``, ``"flood_wait"``
+            (a 429), ``"migrated"``, ``"resend"``, ``"not_sent"``, ``"unknown"``,
+            ``"dead"``, ``"parked"``.
         key: the full idempotency key.
         update_id: the update decided about, or being processed (``None`` when no update
             is bound).

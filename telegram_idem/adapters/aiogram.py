@@ -63,6 +63,13 @@ from telegram_idem._admitted import Admitted
 from telegram_idem._callbacks import CallbackTokens
 from telegram_idem._context import bound_update
 from telegram_idem._guard import Idem
+from telegram_idem.adapters._aiogram_outbound import (
+    FloodControlMiddleware,
+    OutboxSessionMiddleware,
+    method_params,
+    returned,
+    to_aiogram_error,
+)
 from telegram_idem.adapters._aiogram_webhook import FastAckWebhook, IdempotentRequestHandler
 from telegram_idem.adapters._aiogram_wiring import (
     answering_first_routes,
@@ -74,13 +81,18 @@ from telegram_idem.errors import MalformedUpdateError
 
 __all__ = [
     "FastAckWebhook",
+    "FloodControlMiddleware",
     "IdempotencyMiddleware",
     "IdempotentRequestHandler",
     "LazyUpdate",
+    "OutboxSessionMiddleware",
     "StorePolicy",
     "aiogram_get_updates",
     "idem_of",
     "inbox_dispatch",
+    "method_params",
+    "returned",
+    "to_aiogram_error",
     "update_to_dict",
 ]
 

@@ -83,6 +83,12 @@ from telegram_idem.adapters._ptb_common import (
     register_guard,
     update_to_dict,
 )
+from telegram_idem.adapters._ptb_outbound import (
+    FloodRateLimiter,
+    OutboxRateLimiter,
+    request_params,
+    to_ptb_error,
+)
 from telegram_idem.adapters._ptb_processor import (
     DEFAULT_HANDLER_TIMEOUT,
     TAKEOVER_MARGIN,
@@ -95,7 +101,9 @@ __all__ = [
     "DEFAULT_HANDLER_TIMEOUT",
     "IDEM_KEY",
     "TAKEOVER_MARGIN",
+    "FloodRateLimiter",
     "IdempotentUpdateProcessor",
+    "OutboxRateLimiter",
     "StorePolicy",
     "idem_of",
     "idempotent",
@@ -104,6 +112,8 @@ __all__ = [
     "ptb_get_updates",
     "ptb_webhook",
     "ptb_webhook_app",
+    "request_params",
+    "to_ptb_error",
     "update_to_dict",
 ]
 

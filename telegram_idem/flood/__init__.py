@@ -5,9 +5,12 @@
 - :class:`~telegram_idem.flood._base.Bucket` — one budget; :func:`decide` the rule.
 - :class:`~telegram_idem.flood._limits.Limits` — Telegram's limits as budgets;
   :func:`buckets_for` — which budgets one call spends.
+- :class:`~telegram_idem.flood._control.FloodControl` — paces one bot's calls through
+  its store's budget (``wait_turn``) and pauses the whole bot on a 429 (``retry_after``).
 """
 
 from telegram_idem.flood._base import Bucket, FloodBudget, decide
+from telegram_idem.flood._control import FloodControl
 from telegram_idem.flood._limits import (
     BULK,
     REPLY,
@@ -23,6 +26,7 @@ __all__ = [
     "REPLY",
     "Bucket",
     "FloodBudget",
+    "FloodControl",
     "Limits",
     "Rate",
     "buckets_for",

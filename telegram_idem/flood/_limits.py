@@ -151,7 +151,9 @@ def is_group_chat(chat_id: object) -> bool:
     if isinstance(chat_id, int):
         return chat_id < 0
     if isinstance(chat_id, str):
-        return chat_id.startswith("@") or (chat_id.lstrip("-").isdigit() and chat_id.startswith("-"))
+        return chat_id.startswith("@") or (
+            chat_id.lstrip("-").isdigit() and chat_id.startswith("-")
+        )
     return False
 
 

@@ -11,7 +11,8 @@ an entry never exists without its claim. **Workers** take entries with a lease:
   succeed only with it, so a worker that stalled past its lease cannot touch an entry
   another worker took over;
 - an in-flight entry whose lease expired (its worker died) is taken again;
-- ``retry`` puts it back with a delay; ``bury`` makes it a dead letter, which no longer
+- ``retry`` puts it back with a delay (``refund=True``: that take does not count as an
+  attempt); ``bury`` makes it a dead letter, which no longer
   blocks its chat; ``redrive`` puts a dead letter back.
 """
 
@@ -116,8 +117,19 @@ class Inbox(abc.ABC):
         """Done: remove the entry. ``False`` if ``entry.token`` no longer holds it."""
 
     @abc.abstractmethod
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
-        """Put the entry back, takeable after ``delay`` seconds. ``False`` if not held."""
+    async def retry(
+        self, entry: InboxEntry, *, delay: float, error: str, refund: bool = False
+    ) -> bool:
+        """Put the entry back, takeable after ``delay`` seconds. ``False`` if not held.
+
+        Args:
+            entry: the entry as it was taken (its ``token`` must still hold it).
+            delay: seconds before it may be taken again.
+            error: the failure, as text (kept as ``last_error``).
+            refund: the take does not count: ``attempts`` goes back down by one (never
+                below 0). For a failure that says nothing about the update, such as a
+                Bot API 429 whose ``retry_after`` asked the bot to wait.
+        """
 
     @abc.abstractmethod
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:

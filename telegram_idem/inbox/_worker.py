@@ -4,6 +4,10 @@ Many chats run in parallel (``concurrency`` tasks); the inbox guarantees at most
 per ordering unit is in flight, in admission order. A failure is retried with exponential
 backoff (``backoff_base * 2**(attempt-1)`` seconds, at most ``backoff_max``); after
 ``max_attempts`` the entry becomes a dead letter an operator can list and re-drive.
+A failure that carries a Bot API ``retry_after`` (a 429, Telegram's flood control; see
+:func:`retry_after_of`) waits at least that long and does not count as an attempt
+(``Inbox.retry(..., refund=True)``): an update is never dead-lettered only because
+Telegram asked the bot to wait.
 
 Nothing runs forever and nothing loops forever:
 
@@ -95,7 +99,8 @@ class InboxWorker:
         concurrency: entries processed at once (different ordering units).
         lease: seconds an entry is held; a heartbeat extends it every ``lease / 3``.
         max_attempts: takes before an entry becomes a dead letter (≥ 1); also the cap on
-            takes of an entry whose lease keeps running out.
+            takes of an entry whose lease keeps running out. A take that failed with a
+            Bot API ``retry_after`` (flood control) is not counted.
         backoff_base, backoff_max: seconds of the retry delay schedule.
         poll_interval: seconds to wait when the inbox is empty (or until :meth:`notify`);
             also the first delay of the outage backoff.
@@ -258,6 +263,19 @@ class InboxWorker:
         if permanent:
             log.error("entry %s dead-lettered at once (cannot succeed): %s", entry.id, error)
             await self.inbox.bury(entry, error=error)
+        elif retry_after is not None:
+            # Telegram's flood control asked the bot to wait: the update is fine, the take
+            # is refunded (it never counts toward max_attempts) and no earlier retry is
+            # served, so the delay is at least retry_after.
+            delay = max(self.backoff(entry.attempts), retry_after)
+            log.warning(
+                "entry %s hit flood control (attempt %d, not counted), retry in %.1f s: %s",
+                entry.id,
+                entry.attempts,
+                delay,
+                error,
+            )
+            await self.inbox.retry(entry, delay=delay, error=error, refund=True)
         elif entry.attempts >= self.max_attempts:
             log.error(
                 "entry %s dead-lettered after %d attempts: %s", entry.id, entry.attempts, error
@@ -265,8 +283,6 @@ class InboxWorker:
             await self.inbox.bury(entry, error=error)
         else:
             delay = self.backoff(entry.attempts)
-            if retry_after is not None and retry_after > delay:
-                delay = retry_after  # Telegram's flood control: no earlier retry is served
             log.warning(
                 "entry %s failed (attempt %d), retry in %.1f s: %s",
                 entry.id,
@@ -454,9 +470,13 @@ def retry_after_of(exc: BaseException) -> float | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        with warnings.catch_warnings():  # PTB 22.2+ warns that the int form will go
-            warnings.simplefilter("ignore")
-            value = getattr(current, "retry_after", None)
+        # PTB 22.2+ keeps the period as a timedelta in ``_retry_after`` and warns when the
+        # ``retry_after`` property answers with the deprecated int form: read it first.
+        value = getattr(current, "_retry_after", None)
+        if not isinstance(value, timedelta):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = getattr(current, "retry_after", None)
         if isinstance(value, timedelta):
             return max(value.total_seconds(), 0.0)
         if isinstance(value, int | float) and not isinstance(value, bool):

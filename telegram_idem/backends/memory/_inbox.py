@@ -62,12 +62,16 @@ class MemoryInbox(Inbox):
         del self._entries[entry.id]
         return True
 
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
+    async def retry(
+        self, entry: InboxEntry, *, delay: float, error: str, refund: bool = False
+    ) -> bool:
         if not self._held(entry):
             return False
         now = self._records.clock()
+        current = self._entries[entry.id]
         self._entries[entry.id] = replace(
-            self._entries[entry.id],
+            current,
+            attempts=max(current.attempts - 1, 0) if refund else current.attempts,
             status=EntryStatus.PENDING,
             available_at=now + delay,
             lease_expires_at=0.0,

@@ -10,7 +10,9 @@ from telegram_idem._clock import Clock, system_clock
 from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
+from telegram_idem.backends.memory._flood import MemoryFloodBudget
 from telegram_idem.backends.memory._inbox import MemoryInbox
+from telegram_idem.backends.memory._outbox import MemoryOutbox
 from telegram_idem.backends.memory._state import MemoryRecords
 
 __all__ = ["MemoryStore"]
@@ -47,6 +49,8 @@ class MemoryStore(LocalStore):
             clock=clock, max_items=max_items, eviction_log_interval=eviction_log_interval
         )
         self._inbox: MemoryInbox | None = None
+        self._outbox: MemoryOutbox | None = None
+        self._flood: MemoryFloodBudget | None = None
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
@@ -80,6 +84,20 @@ class MemoryStore(LocalStore):
         if self._inbox is None:
             self._inbox = MemoryInbox(self._records)
         return self._inbox
+
+    def outbox(self) -> MemoryOutbox:
+        """The outbox living beside these records, on the store's clock (created on
+        first use)."""
+        if self._outbox is None:
+            self._outbox = MemoryOutbox(self._records.clock)
+        return self._outbox
+
+    def flood_budget(self) -> MemoryFloodBudget:
+        """The flood budget of this store, on its clock, shared by the tasks of this
+        process (created on first use)."""
+        if self._flood is None:
+            self._flood = MemoryFloodBudget(self._records.clock)
+        return self._flood
 
     def __len__(self) -> int:
         return len(self._records)

@@ -117,9 +117,18 @@ class PostgresInbox(Inbox):
     async def ack(self, entry: InboxEntry) -> bool:
         return bool(await self._fetch("ack", "ack", entry.id, entry.token))
 
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
+    async def retry(
+        self, entry: InboxEntry, *, delay: float, error: str, refund: bool = False
+    ) -> bool:
         rows = await self._fetch(
-            "retry", "retry", entry.id, entry.token, float(delay), storable_text(error), now=True
+            "retry",
+            "retry",
+            entry.id,
+            entry.token,
+            float(delay),
+            storable_text(error),
+            bool(refund),
+            now=True,
         )
         return bool(rows)
 

@@ -193,7 +193,8 @@ _RETRY = (
     + """
 UPDATE {inbox} AS t
 SET status = 'pending', available_at = c.now + $3::float8, lease_expires_at = 0,
-    last_error = $4
+    last_error = $4,
+    attempts = CASE WHEN $5::boolean THEN greatest(t.attempts - 1, 0) ELSE t.attempts END
 FROM c WHERE """
     + _HELD
     + " RETURNING 1"
@@ -232,7 +233,7 @@ _STATEMENTS: dict[str, tuple[str, int]] = {
     "admit_many": (_ADMIT.replace("{source}", _MANY), 5),
     "take": (_TAKE, 2),
     "ack": (_ACK, 0),
-    "retry": (_RETRY, 5),
+    "retry": (_RETRY, 6),
     "bury": (_BURY, 0),
     "extend": (_EXTEND, 4),
     "dead_letters": (_DEAD_LETTERS, 0),

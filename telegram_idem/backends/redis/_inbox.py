@@ -179,16 +179,26 @@ class RedisInbox(Inbox):
         return None if absent(row) else _entry(row)
 
     async def _held_op(
-        self, op: str, entry: InboxEntry, *, millis: int = 0, error: str = ""
+        self, op: str, entry: InboxEntry, *, millis: int = 0, error: str = "", refund: bool = False
     ) -> bool:
-        args = [op, entry.id.encode(), str(entry.token), str(millis), storable_text(error).encode()]
+        args = [
+            op,
+            entry.id.encode(),
+            str(entry.token),
+            str(millis),
+            storable_text(error).encode(),
+            "1" if refund else "0",
+        ]
         return bool(await self._script(op, _HELD, args))
 
     async def ack(self, entry: InboxEntry) -> bool:
         return await self._held_op("ack", entry)
 
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
-        return await self._held_op("retry", entry, millis=ms(delay, "delay"), error=error)
+    async def retry(
+        self, entry: InboxEntry, *, delay: float, error: str, refund: bool = False
+    ) -> bool:
+        millis = ms(delay, "delay")
+        return await self._held_op("retry", entry, millis=millis, error=error, refund=refund)
 
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:
         return await self._held_op("bury", entry, error=error)

@@ -12,16 +12,22 @@ query ``?busy_timeout=5`` (seconds to wait for another writer).
 The package's parts: the file (:class:`SQLiteConnection`: the connection, its thread,
 the transaction, the clock; ``_connection``), its tables (``_schema``), the store
 (``_records``: the decision loop of :class:`~telegram_idem.backends._local.LocalStore`
-over the records table) and the inbox (``_inbox``), the last two sharing the connection.
+over the records table), the inbox (``_inbox``), the outbox (``_outbox``; one enqueue's
+statements in ``_enqueue``, joining the bot's own transaction in ``_join``) and the flood
+budget (``_flood``), all sharing the connection.
 """
 
 from telegram_idem.backends.sqlite._connection import ErrorGuard, SQLiteConnection
+from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._records import SQLiteStore
 
 __all__ = [
     "ErrorGuard",
     "SQLiteConnection",
+    "SQLiteFloodBudget",
     "SQLiteInbox",
+    "SQLiteOutbox",
     "SQLiteStore",
 ]

@@ -1,4 +1,5 @@
-"""One SQLite file as a store uses it, shared by the store's records and its inbox."""
+"""One SQLite file as a store uses it, shared by the store's records, its inbox, its
+outbox and its flood budget."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from telegram_idem._clock import Clock
-from telegram_idem.backends.sqlite._schema import INBOX_SCHEMA, RECORDS_SCHEMA, RecordRows
+from telegram_idem.backends.sqlite._schema import (
+    FLOOD_SCHEMA,
+    INBOX_SCHEMA,
+    OUTBOX_SCHEMA,
+    RECORDS_SCHEMA,
+    RecordRows,
+)
 from telegram_idem.errors import StoreError
 
 __all__ = ["ErrorGuard", "SQLiteConnection"]
@@ -66,19 +73,45 @@ class SQLiteConnection:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, wait: bool = True) -> sqlite3.Connection:
         if self._conn is None:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            timeout = self._busy_timeout if wait else 0.0
             conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(RECORDS_SCHEMA)
-            conn.executescript(INBOX_SCHEMA)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(RECORDS_SCHEMA)
+                conn.executescript(INBOX_SCHEMA)
+                conn.executescript(OUTBOX_SCHEMA)
+                conn.executescript(FLOOD_SCHEMA)
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
+
+    async def open(self, *, wait: bool = True) -> None:
+        """Open the connection now, unless it is open (the file and its tables are
+        created if absent; on a file already set up this takes no lock).
+
+        Args:
+            wait: wait up to ``busy_timeout`` for another connection's lock while
+                setting the file up; ``False``: fail at once instead.
+
+        Raises:
+            StoreError: the connection is closed.
+            sqlite3.Error, OSError: from SQLite (``OperationalError`` "database is
+                locked": another connection holds the lock the set-up needs),
+                untranslated (see :meth:`call`).
+        """
+        if self._closed:
+            raise StoreError(f"{self.name} is closed")
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._connect, wait)
 
     async def call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         """``await fn()``, a driver exception becoming

@@ -117,14 +117,16 @@ class SQLiteInbox(Inbox):
     async def ack(self, entry: InboxEntry) -> bool:
         return await self._held_update("ack", entry, f"DELETE FROM idem_inbox WHERE {_HELD}", {})
 
-    async def retry(self, entry: InboxEntry, *, delay: float, error: str) -> bool:
+    async def retry(
+        self, entry: InboxEntry, *, delay: float, error: str, refund: bool = False
+    ) -> bool:
         sql = (
             "UPDATE idem_inbox SET status = 'pending', available_at = :now + :delay, "
+            "attempts = CASE WHEN :refund THEN max(attempts - 1, 0) ELSE attempts END, "
             f"lease_expires_at = 0, last_error = :error WHERE {_HELD}"
         )
-        return await self._held_update(
-            "retry", entry, sql, {"delay": delay, "error": storable_text(error)}
-        )
+        params = {"delay": delay, "error": storable_text(error), "refund": int(refund)}
+        return await self._held_update("retry", entry, sql, params)
 
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:
         sql = f"UPDATE idem_inbox SET status = 'dead', last_error = :error WHERE {_HELD}"

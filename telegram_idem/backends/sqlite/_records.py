@@ -13,7 +13,9 @@ from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
+from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._schema import RecordRows
 
 __all__ = ["SQLiteStore"]
@@ -58,6 +60,9 @@ class SQLiteStore(LocalStore):
             guard=self._call,
         )
         self._inbox: SQLiteInbox | None = None
+        self._outbox: SQLiteOutbox | None = None
+        self._flood: SQLiteFloodBudget | None = None
+        self._purge_every = purge_every
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -83,7 +88,8 @@ class SQLiteStore(LocalStore):
 
     @property
     def connection(self) -> SQLiteConnection:
-        """The file's connection, thread and transaction, shared with :meth:`inbox`."""
+        """The file's connection, thread and transaction, shared with :meth:`inbox`,
+        :meth:`outbox` and :meth:`flood_budget`."""
         return self._connection
 
     def inbox(self) -> SQLiteInbox:
@@ -91,6 +97,21 @@ class SQLiteStore(LocalStore):
         if self._inbox is None:
             self._inbox = SQLiteInbox(self._connection)
         return self._inbox
+
+    def outbox(self) -> SQLiteOutbox:
+        """The durable outbox in this file (created on first use; the same object on every
+        call). Its :meth:`~SQLiteOutbox.enqueue_in` joins the bot's own transaction on
+        this file."""
+        if self._outbox is None:
+            self._outbox = SQLiteOutbox(self._connection, purge_every=self._purge_every)
+        return self._outbox
+
+    def flood_budget(self) -> SQLiteFloodBudget:
+        """The flood budget in this file, shared by every process using it (created on
+        first use; the same object on every call)."""
+        if self._flood is None:
+            self._flood = SQLiteFloodBudget(self._connection, forget_every=self._purge_every)
+        return self._flood
 
     async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
         return await self._connection.transaction(lambda conn, now: body(RecordRows(conn), now))

@@ -8,7 +8,7 @@ from typing import Any
 
 from telegram_idem._records import Record, Status
 
-__all__ = ["INBOX_SCHEMA", "RECORDS_SCHEMA", "RecordRows"]
+__all__ = ["FLOOD_SCHEMA", "INBOX_SCHEMA", "OUTBOX_SCHEMA", "RECORDS_SCHEMA", "RecordRows"]
 
 RECORDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -42,6 +42,55 @@ CREATE INDEX IF NOT EXISTS idem_inbox_heads ON idem_inbox (ordering_key, seq)
     WHERE status != 'dead';
 """
 """The durable inbox's entries."""
+
+OUTBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    bot_id INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    params BLOB NOT NULL,
+    ordering_key TEXT NOT NULL,
+    collapse_key TEXT,
+    policy TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    retention REAL NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    available_at REAL NOT NULL,
+    lease_expires_at REAL NOT NULL,
+    settled_at REAL NOT NULL,
+    expires_at REAL,
+    result BLOB,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS idem_outbox_live ON idem_outbox (bot_id, ordering_key, seq)
+    WHERE status IN ('pending', 'in_flight');
+CREATE INDEX IF NOT EXISTS idem_outbox_collapse ON idem_outbox (bot_id, collapse_key)
+    WHERE status = 'pending' AND collapse_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idem_outbox_status ON idem_outbox (status, seq);
+CREATE INDEX IF NOT EXISTS idem_outbox_expires ON idem_outbox (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS idem_outbox_parked (
+    bot_id INTEGER NOT NULL,
+    ordering_key TEXT NOT NULL,
+    parked_at REAL NOT NULL,
+    PRIMARY KEY (bot_id, ordering_key)
+) WITHOUT ROWID;
+"""
+"""The durable outbox's entries (``expires_at``: when a delivered or superseded entry's
+retention ends, ``NULL`` for every other status) and its parked chats."""
+
+FLOOD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_flood (
+    key TEXT PRIMARY KEY,
+    tat REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_flood_tat ON idem_flood (tat);
+"""
+"""The flood budgets: each bucket's theoretical arrival time (seconds on the clock)."""
 
 _COLUMNS = "key, status, fencing_token, lease_expires_at, expires_at, fingerprint, result, attempts"
 _SELECT = f"SELECT {_COLUMNS} FROM idem_records WHERE key = ?"

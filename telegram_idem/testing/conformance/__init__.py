@@ -22,12 +22,20 @@ sets ``schemes`` is found; override it for a store made otherwise), on the plugi
 |---|---|
 | :class:`StoreConformance` | the record state machine (claim, complete, fail, release, extend, get; outcomes, fencing tokens, leases and takeover, retention), ``claim_many``, key bounding, result bytes, races from one connection, separate connections and OS processes, and agreement with a reference model on random operation sequences (hypothesis) |
 | :class:`InboxConformance` | all of the above, plus the durable inbox of ``store.inbox()``: admission with the update guard, per-chat order, leases, retries, dead letters, redrive, fencing, exact payload bytes |
+| :class:`OutboxConformance` | the outbox of ``store.outbox()`` alone: idempotent enqueue in every status, latest-wins collapse, per-chat order with one call in flight, priority, fencing, retries, dead and unknown outcomes, parked chats, redrive, resolve, listing, retention, races, exact bytes, odd keys |
+| :class:`FloodBudgetConformance` | the flood budget of ``store.flood_budget()`` alone: burst then interval, all-or-nothing reservations, gates and pauses, races, budgets shared by one URL's store objects |
+
+The outbound classes hold only their own contract: a store that has records, an outbox
+and a flood budget subclasses ``StoreConformance`` (or ``InboxConformance``),
+``OutboxConformance`` and ``FloodBudgetConformance`` in one class or in three.
 
 Class attributes: ``shares_state = False`` for a store whose objects keep records of
 their own (like ``memory://``): the separate-connection tests then share one object,
 and the tests marked ``idem_shared_state`` (OS processes) are deselected by the plugin;
 ``model_examples`` (default 40) sets how many random sequences the model comparison
-runs. The classes need the ``telegram_idem`` pytest plugin (active once the package is
+runs; ``settled_expiry`` (:class:`OutboxConformance`, default ``"clock"``) says whether
+the store ends a delivered entry's retention by its clock (the tests move it) or by real
+time (``"wall"``, a server-side TTL: the tests sleep 1.5 s). The classes need the ``telegram_idem`` pytest plugin (active once the package is
 installed), pytest-asyncio and hypothesis (``pip install 'telegram-idem[testing]'``).
 
 :data:`ODD_TEXTS` and :data:`ODD_PAYLOADS` are the texts and bytes the suite requires a
@@ -38,8 +46,10 @@ from __future__ import annotations
 
 from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker, UrlFactory
 from telegram_idem.testing.conformance._concurrency import ConcurrencyContract
+from telegram_idem.testing.conformance._flood import FloodBudgetContract
 from telegram_idem.testing.conformance._inbox import InboxContract
 from telegram_idem.testing.conformance._model import ClaimTable, ModelContract
+from telegram_idem.testing.conformance._outbox_ops import OutboxOpsContract
 from telegram_idem.testing.conformance._payloads import ODD_PAYLOADS, ODD_TEXTS
 from telegram_idem.testing.conformance._records import RecordContract
 
@@ -48,7 +58,9 @@ __all__ = [
     "ODD_TEXTS",
     "ClaimTable",
     "ConformanceBase",
+    "FloodBudgetConformance",
     "InboxConformance",
+    "OutboxConformance",
     "StoreConformance",
     "StoreMaker",
     "UrlFactory",
@@ -63,3 +75,16 @@ class StoreConformance(RecordContract, ConcurrencyContract, ModelContract):
 class InboxConformance(StoreConformance, InboxContract):
     """:class:`StoreConformance` plus the inbox contract, for a store whose ``inbox()``
     gives a durable inbox."""
+
+
+class OutboxConformance(OutboxOpsContract):
+    """The outbox contract of a store whose ``outbox()`` gives a durable outbox: subclass
+    it as ``Test<YourStore>Outbox`` and define ``store_url_factory`` (see the module
+    docstring; ``settled_expiry = "wall"`` for a store whose retention runs on real
+    time)."""
+
+
+class FloodBudgetConformance(FloodBudgetContract):
+    """The flood-budget contract of a store whose ``flood_budget()`` gives a budget
+    shared by every process using the store: subclass it and define
+    ``store_url_factory`` (see the module docstring)."""

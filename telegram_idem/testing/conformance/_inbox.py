@@ -121,6 +121,30 @@ class InboxContract(ConformanceBase):
         assert again.last_error == "boom"
 
     @pytest.mark.asyncio
+    async def test_a_refunded_retry_does_not_count_the_take(
+        self, inbox: Inbox, clock: ManualClock
+    ) -> None:
+        await inbox.admit(entry(1, "chat:a"), retention=RETENTION)
+        await inbox.admit(entry(2, "chat:a"), retention=RETENTION)
+        first = await inbox.take(lease=LEASE)
+        assert first is not None and first.attempts == 1
+        assert await inbox.retry(first, delay=5, error="429", refund=True)
+        assert await inbox.take(lease=LEASE) is None  # it waits, and keeps its chat's order
+        clock.advance(5)
+        for _ in range(3):  # a run of refunded takes never adds up
+            again = await inbox.take(lease=LEASE)
+            assert again is not None and again.id == first.id
+            assert again.attempts == 1 and again.last_error == "429"
+            assert await inbox.retry(again, delay=0, error="429", refund=True)
+        counted = await inbox.take(lease=LEASE)
+        assert counted is not None and counted.attempts == 1
+        assert await inbox.retry(counted, delay=0, error="boom")  # refund=False counts
+        last = await inbox.take(lease=LEASE)
+        assert last is not None and last.attempts == 2 and last.token > counted.token
+        assert not await inbox.retry(counted, delay=0, error="x", refund=True)  # not held
+        assert await inbox.ack(last)
+
+    @pytest.mark.asyncio
     async def test_an_entry_whose_worker_died_is_taken_again_after_its_lease(
         self, inbox: Inbox, clock: ManualClock
     ) -> None:

@@ -1,6 +1,7 @@
 -- held (ack / retry / bury / extend) = record.lua .. inbox.lua .. this.
 -- ARGV[3]: ack | retry | bury | extend; ARGV[4]: id; ARGV[5]: token;
--- ARGV[6]: delay_ms (retry) or lease_ms (extend); ARGV[7]: error (retry, bury).
+-- ARGV[6]: delay_ms (retry) or lease_ms (extend); ARGV[7]: error (retry, bury);
+-- ARGV[8]: '1' when a retry refunds its take (attempts - 1, never below 0).
 -- Reply: 1, or 0 when the entry is not in flight with this token.
 local op, id = ARGV[3], ARGV[4]
 local e = load_entry(id)
@@ -14,6 +15,9 @@ if op == 'ack' then
 elseif op == 'retry' then
   redis.call('HSET', ekey(id), 'status', 'pending', 'avail', fmt(now + tonumber(ARGV[6])),
              'lease', '0', 'err', ARGV[7])
+  if ARGV[8] == '1' and e.attempts > 0 then
+    redis.call('HSET', ekey(id), 'attempts', fmt(e.attempts - 1))
+  end
 elseif op == 'bury' then
   redis.call('HSET', ekey(id), 'status', 'dead', 'err', ARGV[7])
   redis.call('ZREM', kkey(e.okey), id)

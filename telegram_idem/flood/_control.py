@@ -1,0 +1,148 @@
+"""Flood control for one bot: reserve a call's budgets before sending it, and pause the
+whole bot on a 429.
+
+Every process that sends for a bot shares its store's
+:class:`~telegram_idem.flood._base.FloodBudget`, so the budgets of
+:func:`~telegram_idem.flood._limits.buckets_for` hold across processes: a call waits
+until every budget it spends has room, and a 429 answer (Bot API "Making requests":
+``parameters.retry_after``, which applies to the whole bot) closes the bot's pause gate
+for every process at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from telegram_idem._keys import KeyBuilder
+from telegram_idem.errors import ConfigurationError
+from telegram_idem.flood._base import FloodBudget
+from telegram_idem.flood._limits import REPLY, Limits, buckets_for
+
+__all__ = ["FloodControl"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class FloodControl:
+    """Paces one bot's calls through a shared :class:`FloodBudget`.
+
+    Args:
+        budget: the store's budget (``store.flood_budget()``; see :meth:`for_store`).
+        bot_id: the bot whose budgets these are.
+        limits: the budgets' sizes (Telegram's published guidance by default).
+        keys: the key layout (``KeyBuilder()`` by default; give the one your ``Idem``
+            uses, so tenants with their own prefix do not share budgets).
+        sleep: how to wait (tests inject one).
+    """
+
+    def __init__(
+        self,
+        budget: FloodBudget,
+        *,
+        bot_id: int,
+        limits: Limits | None = None,
+        keys: KeyBuilder | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.budget = budget
+        self.bot_id = bot_id
+        self.limits = limits if limits is not None else Limits()
+        self.keys = keys if keys is not None else KeyBuilder()
+        self.sleep = sleep
+
+    @classmethod
+    def for_store(
+        cls,
+        store: object,
+        *,
+        bot_id: int,
+        limits: Limits | None = None,
+        keys: KeyBuilder | None = None,
+    ) -> FloodControl:
+        """Flood control over ``store``'s own budget (``store.flood_budget()``).
+
+        Raises:
+            ConfigurationError: ``store`` keeps no flood budget.
+        """
+        return cls(budget_of(store), bot_id=bot_id, limits=limits, keys=keys)
+
+    def key(self, scope: str) -> str:
+        """The store key of one of this bot's budgets (``"pause"``, ``"global"``,
+        ``"chat:<id>"``)."""
+        return self.keys.flood(self.bot_id, scope)
+
+    async def wait_turn(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        priority: int = REPLY,
+        deadline: float | None = None,
+    ) -> float:
+        """Wait until the call may be sent, and reserve it in every budget it spends.
+
+        Args:
+            method: the Bot API method.
+            params: its parameters (``chat_id``, ``allow_paid_broadcast`` are read).
+            priority: ``REPLY`` (0) … ``BULK`` (10): bulk calls use only part of the
+                shared bursts.
+            deadline: a ``time.monotonic()`` reading: give up rather than wait past it.
+
+        Returns:
+            The seconds waited (0.0 when the budgets had room).
+
+        Raises:
+            TimeoutError: the budgets have no room before ``deadline`` (nothing reserved).
+            StoreError: the store could not answer.
+        """
+        buckets = buckets_for(method, params, limits=self.limits, key=self.key, priority=priority)
+        waited = 0.0
+        while True:
+            wait = await self.budget.reserve(buckets)
+            if wait <= 0:
+                return waited
+            if deadline is not None and time.monotonic() + wait > deadline:
+                raise TimeoutError(
+                    f"{method}: flood control has no room for {wait:.2f} s, past the deadline"
+                )
+            await self.sleep(wait)
+            waited += wait
+
+    async def retry_after(self, seconds: float) -> None:
+        """A 429 said to wait ``seconds``: close the bot's pause gate for that long, for
+        every process sharing the store (a longer pause already set is kept).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        await self.budget.pause(self.key("pause"), max(float(seconds), 0.0))
+
+    async def paused_for(self) -> float:
+        """Seconds the bot's pause gate stays closed (0.0 when open).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        return await self.budget.paused_for(self.key("pause"))
+
+
+def budget_of(store: object) -> FloodBudget:
+    """``store.flood_budget()``.
+
+    Asked by duck typing, not through ``telegram_idem.backends.flood_budget_of``: the
+    stores import this package for the contract, so importing them back would make a
+    cycle. The base ``Store.flood_budget`` raises the same error ``flood_budget_of`` does.
+
+    Raises:
+        ConfigurationError: ``store`` keeps no flood budget.
+    """
+    getter = getattr(store, "flood_budget", None)
+    if not callable(getter):
+        raise ConfigurationError(f"{store!r} has no flood budget (no flood_budget() method)")
+    budget = getter()
+    if not isinstance(budget, FloodBudget):
+        raise ConfigurationError(f"{store!r}.flood_budget() did not return a FloodBudget")
+    return budget

@@ -1,0 +1,452 @@
+"""The relay: takes outbox entries with a lease, sends each once, records its outcome.
+
+Many chats run in parallel (``concurrency`` tasks); the outbox lets one entry per chat be
+in flight, in enqueue order, so a chat's calls keep their order under retries. Each
+answer is classified (:func:`~telegram_idem.outbox._calls.classify`) and recorded:
+
+| outcome | recorded as |
+|---|---|
+| delivered | ``deliver(result)`` |
+| already done ("message is not modified", ...) | ``deliver(true)`` |
+| 429 | the bot's pause gate closed for ``retry_after`` (every process), ``retry`` after it; not a failed attempt |
+| migrated to a supergroup | ``retry`` at once with the new ``chat_id``, ordered as ``chat:<new>`` |
+| expired, permanent 4xx | ``settle(DEAD)``, error ``"<error_code>: <description>"`` |
+| 403 blocked | ``park``: the chat's calls wait until it is unparked |
+| ambiguous (5xx, :class:`AmbiguousCall`, an unexpected transport error) | policy ``resend``: ``retry`` with backoff; ``hold``: ``settle(UNKNOWN)`` |
+| not sent (:class:`CallNotSent`) | ``retry`` with backoff |
+
+Backoff is ``backoff_base * 2**(failures-1)`` seconds, at most ``backoff_max``; after
+``max_attempts`` failed attempts the entry is a dead letter, so a poison call never
+blocks its chat forever. A lease heartbeat runs while a call is in flight.
+
+**Takes that recorded nothing.** Every outcome a relay records carries its attempt in
+``last_error`` (``"attempt <n> (<failures> failed): ..."``), so the next taker can tell
+whether the previous take ended with a record. One that did not (the relay died, or was
+cancelled, between the take and its record) may have sent the call: a ``hold`` entry
+then becomes ``UNKNOWN`` without calling the API; a ``resend`` entry counts the lost
+take as a failed attempt and is sent again. (A relay that died while waiting for the
+flood budget had sent nothing, but cannot prove it: its ``hold`` call is held too.)
+
+Log lines (logger ``telegram_idem.outbox``) name the effect key and the method, never the
+token; every outcome is also a decision event (boundary ``"outbox"``, ``handler`` the
+method; :mod:`telegram_idem.events`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from telegram_idem._heartbeat import heartbeat
+from telegram_idem.errors import StoreError
+from telegram_idem.events import emit_decision
+from telegram_idem.flood import FloodControl
+from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, Outbox, OutboxEntry
+from telegram_idem.outbox._calls import Answer, OutcomeClass, Verdict, classify, encode_params
+from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
+
+if TYPE_CHECKING:
+    from telegram_idem.outbox._transport import BotAPI
+
+__all__ = ["Relay"]
+
+log = logging.getLogger("telegram_idem.outbox")
+
+_TAG = re.compile(r"^attempt (\d+) \((\d+) failed\): ")
+
+
+def _history(entry: OutboxEntry) -> tuple[int, int]:
+    """``(attempt, failures)`` of the last recorded outcome, ``(0, 0)`` for none (or one
+    from before a redrive, which reset the attempts)."""
+    match = _TAG.match(entry.last_error or "")
+    if match is None:
+        return 0, 0
+    attempt, failed = int(match[1]), int(match[2])
+    return (0, 0) if attempt >= entry.attempts else (attempt, failed)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+class Relay:
+    """Sends one bot's outbox entries (see the module docstring).
+
+    Args:
+        outbox: the store's outbox.
+        api: the Bot API transport (:class:`~telegram_idem.outbox._transport.HttpBotAPI`).
+        bot_id: whose entries it takes.
+        flood: flood control; ``None`` paces nothing (a 429 still delays the entry).
+        lease: seconds a taken entry is held; a heartbeat extends it every ``lease / 3``.
+        concurrency: entries sent at once (different chats).
+        poll_interval: seconds between looks when nothing is takeable (or :meth:`notify`).
+        max_attempts: failed attempts before a dead letter (429s and migrations do not
+            count).
+        backoff_base, backoff_max: seconds of the retry delay schedule.
+        shutdown_grace: seconds in-flight calls may take to finish when the relay stops.
+
+    Raises:
+        ValueError: ``lease``, ``poll_interval`` or ``backoff_base`` not > 0,
+            ``concurrency`` or ``max_attempts`` < 1.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        api: BotAPI,
+        *,
+        bot_id: int,
+        flood: FloodControl | None = None,
+        lease: float = 30.0,
+        concurrency: int = 8,
+        poll_interval: float = 0.2,
+        max_attempts: int = 10,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        shutdown_grace: float = 10.0,
+    ) -> None:
+        if not (lease > 0 and poll_interval > 0 and backoff_base > 0):
+            raise ValueError("lease, poll_interval and backoff_base must be > 0 seconds")
+        if concurrency < 1 or max_attempts < 1:
+            raise ValueError("concurrency and max_attempts must be ≥ 1")
+        self.outbox = outbox
+        self.api = api
+        self.bot_id = bot_id
+        self.flood = flood
+        self.lease = lease
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.shutdown_grace = shutdown_grace
+        self._wake = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._busy: set[asyncio.Task[Any]] = set()
+
+    def __repr__(self) -> str:
+        return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
+
+    def backoff(self, failures: int) -> float:
+        """Seconds before the attempt after ``failures`` failed ones."""
+        return float(min(self.backoff_base * 2 ** max(failures - 1, 0), self.backoff_max))
+
+    def notify(self) -> None:
+        """Wake idle relay tasks now (something was enqueued)."""
+        self._wake.set()
+
+    # ------------------------------------------------------------------ one entry
+
+    async def deliver(self, entry: OutboxEntry) -> OutboxEntry:
+        """Send one taken entry and record its outcome (the module docstring's table).
+
+        Args:
+            entry: an entry this relay took (its ``token`` holds it).
+
+        Returns:
+            The entry as stored afterwards (as given, if the store no longer has it).
+
+        Raises:
+            StoreError: the store could not record the outcome (the entry's lease runs
+                out and the next take decides, as for a relay that died).
+        """
+        recorded, failed = _history(entry)
+        lost = entry.attempts - 1 - recorded
+        if lost > 0:
+            if entry.policy is AmbiguousPolicy.HOLD:
+                error = (
+                    f"taken again after {lost} take(s) that recorded no outcome: the call "
+                    "may have been sent (policy hold)"
+                )
+                return await self._settle(entry, CallStatus.UNKNOWN, error, "unknown", 0.0)
+            failed += lost
+        if failed >= self.max_attempts:
+            error = f"{failed} failed attempts ({entry.attempts} takes): {entry.last_error}"
+            return await self._settle(entry, CallStatus.DEAD, error, "dead", 0.0)
+        params = json.loads(entry.params)
+        with heartbeat(
+            lambda: self.outbox.extend(entry, lease=self.lease),
+            interval=self.lease / 3,
+            name=f"outbox call {entry.key}",
+        ):
+            if self.flood is not None:
+                await self.flood.wait_turn(entry.method, params, priority=entry.priority)
+            started = time.monotonic()
+            answer: Answer | None = None
+            try:
+                answer = await self.api.call(entry.method, entry.params)
+            except CallNotSent as exc:
+                verdict = Verdict(OutcomeClass.NOT_SENT, description=str(exc))
+            except AmbiguousCall as exc:
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=str(exc))
+            except Exception as exc:  # a transport bug: it may have been sent
+                verdict = Verdict(
+                    OutcomeClass.AMBIGUOUS, description=f"{entry.method}: {type(exc).__name__}"
+                )
+            else:
+                verdict = classify(answer)
+            elapsed = (time.monotonic() - started) * 1000
+            return await self._record(entry, params, answer, verdict, failed, elapsed)
+
+    async def _record(
+        self,
+        entry: OutboxEntry,
+        params: dict[str, Any],
+        answer: Answer | None,
+        verdict: Verdict,
+        failed: int,
+        elapsed_ms: float,
+    ) -> OutboxEntry:
+        outcome = verdict.outcome
+        code = answer.error_code if answer is not None else None
+        text = verdict.description
+        if outcome is OutcomeClass.DELIVERED:
+            assert answer is not None
+            ok = await self.outbox.deliver(entry, result=_json(answer.result))
+            return await self._done(entry, ok, "delivered", elapsed_ms, logging.DEBUG, "")
+        if outcome is OutcomeClass.ALREADY_DONE:
+            ok = await self.outbox.deliver(entry, result=b"true")
+            return await self._done(entry, ok, "already_done", elapsed_ms, logging.INFO, text)
+        tag = f"attempt {entry.attempts} ({failed} failed): "
+        if outcome is OutcomeClass.RETRY:
+            delay = verdict.retry_after or 1.0
+            if self.flood is not None:
+                await self.flood.retry_after(delay)
+            ok = await self.outbox.retry(entry, delay=delay, error=f"{tag}{code}: {text}")
+            return await self._done(entry, ok, "flood_wait", elapsed_ms, logging.WARNING, text)
+        if outcome is OutcomeClass.MIGRATE:
+            new = verdict.migrate_to_chat_id
+            params["chat_id"] = new
+            ok = await self.outbox.retry(
+                entry,
+                delay=0.0,
+                error=f"{tag}migrated to chat {new}: {text}",
+                params=encode_params(params),
+                ordering_key=f"chat:{new}",
+            )
+            return await self._done(entry, ok, "migrated", elapsed_ms, logging.INFO, text)
+        if outcome in (OutcomeClass.EXPIRED, OutcomeClass.PERMANENT):
+            return await self._settle(entry, CallStatus.DEAD, f"{code}: {text}", "dead", elapsed_ms)
+        if outcome is OutcomeClass.BLOCKED:
+            ok = await self.outbox.park(entry, error=f"{code}: {text}")
+            return await self._done(entry, ok, "parked", elapsed_ms, logging.WARNING, text)
+        if outcome is OutcomeClass.AMBIGUOUS and entry.policy is AmbiguousPolicy.HOLD:
+            return await self._settle(entry, CallStatus.UNKNOWN, text, "unknown", elapsed_ms)
+        failed += 1  # not sent, or ambiguous under policy resend
+        if failed >= self.max_attempts:
+            error = f"{failed} failed attempts: {text}"
+            return await self._settle(entry, CallStatus.DEAD, error, "dead", elapsed_ms)
+        delay = self.backoff(failed)
+        decision = "resend" if outcome is OutcomeClass.AMBIGUOUS else "not_sent"
+        tag = f"attempt {entry.attempts} ({failed} failed): "
+        ok = await self.outbox.retry(entry, delay=delay, error=f"{tag}{text}")
+        return await self._done(entry, ok, decision, elapsed_ms, logging.WARNING, text)
+
+    async def _settle(
+        self,
+        entry: OutboxEntry,
+        status: CallStatus,
+        error: str,
+        decision: str,
+        elapsed_ms: float,
+    ) -> OutboxEntry:
+        assert status in (CallStatus.DEAD, CallStatus.UNKNOWN)
+        ok = await self.outbox.settle(entry, status=status, error=error)
+        return await self._done(entry, ok, decision, elapsed_ms, logging.WARNING, error)
+
+    async def _done(
+        self,
+        entry: OutboxEntry,
+        ok: bool,
+        decision: str,
+        elapsed_ms: float,
+        level: int,
+        detail: str,
+    ) -> OutboxEntry:
+        if not ok:
+            log.warning(
+                "outbox %s %s: %s, but its lease was taken over before it was recorded",
+                entry.method,
+                entry.key,
+                decision,
+            )
+        else:
+            log.log(level, "outbox %s %s: %s %s", entry.method, entry.key, decision, detail)
+            emit_decision(
+                boundary="outbox",
+                key=entry.key,
+                decision=decision,
+                update=None,
+                handler=entry.method,
+                fencing_token=entry.token,
+                elapsed_ms=elapsed_ms,
+                bot_id=self.bot_id,
+            )
+        stored = await self.outbox.get(entry.key)
+        return stored if stored is not None else entry
+
+    async def deliver_unit(
+        self, ordering_key: str, *, until_key: str | None = None
+    ) -> OutboxEntry | None:
+        """Deliver the heads of one chat now, oldest first (a sender delivering its own
+        call: the chat's earlier calls go first, as they must).
+
+        Args:
+            ordering_key: the chat (``"chat:<id>"``), or a call's own key.
+            until_key: stop once this entry was taken and recorded (following it to
+                its new chat if it migrated); ``None``: until nothing is takeable.
+
+        Returns:
+            ``until_key``'s entry as recorded, or ``None`` if it was not taken here (its
+            chat's head is in flight elsewhere, or waits for a retry).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        unit = ordering_key
+        for _ in range(4 * self.max_attempts + 16):  # bounded: each take records
+            entry = await self.outbox.take(bot_id=self.bot_id, lease=self.lease, ordering_key=unit)
+            if entry is None:
+                return None
+            done = await self.deliver(entry)
+            if until_key is None or entry.key != until_key:
+                continue
+            if done.status is CallStatus.PENDING and done.ordering_key != unit:
+                unit = done.ordering_key  # migrated: deliver it in its new chat
+                continue
+            return done
+        return None
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``work`` as a task the relay owns: kept referenced until done, and given
+        the shutdown grace when the relay stops (a sender that stops waiting leaves its
+        delivery here)."""
+        task = asyncio.ensure_future(work)
+        self._busy.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._busy.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("outbox delivery task ended with %r", type(task.exception()).__name__)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _take(self) -> OutboxEntry | None:
+        # A take cancelled mid-flight (shutdown) may still commit: hand the entry back
+        # with a record, so its next taker does not count it as a lost take.
+        taking = asyncio.ensure_future(self.outbox.take(bot_id=self.bot_id, lease=self.lease))
+        try:
+            return await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await taking
+                if taken is not None:
+                    _, failed = _history(taken)
+                    await self.outbox.retry(
+                        taken,
+                        delay=0.0,
+                        error=f"attempt {taken.attempts} ({failed} failed): relay stopped "
+                        "before sending",
+                    )
+            raise
+
+    async def _loop(self) -> None:
+        outages = 0
+        while True:
+            self._wake.clear()
+            try:
+                paused = await self.flood.paused_for() if self.flood is not None else 0.0
+                entry = None if paused > 0 else await self._take()
+            except StoreError as exc:
+                outages += 1
+                delay = min(self.poll_interval * 2 ** min(outages - 1, 16), self.backoff_max)
+                if outages == 1 or outages % 50 == 0:
+                    log.error("outbox unavailable (%d failed takes): %s", outages, exc)
+                await asyncio.sleep(delay)
+                continue
+            if outages:
+                log.warning("outbox available again after %d failed takes", outages)
+                outages = 0
+            if paused > 0:
+                await asyncio.sleep(min(paused, self.lease))
+                continue
+            if entry is None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._wake.wait()
+                continue
+            task = self.spawn(self.deliver(entry))
+            try:
+                await asyncio.shield(task)
+            except StoreError as exc:
+                log.error("outbox %s %s: outcome not recorded: %s", entry.method, entry.key, exc)
+            self._wake.set()  # there may be more: let idle siblings look too
+
+    async def run(self) -> None:
+        """Send entries until cancelled (``concurrency`` tasks).
+
+        Raises:
+            RuntimeError: the relay is running already.
+        """
+        loops = [asyncio.create_task(self._loop()) for _ in range(self.concurrency)]
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    @property
+    def running(self) -> bool:
+        """Whether the background relay started by ``async with`` / :meth:`start` runs."""
+        return self._runner is not None and not self._runner.done()
+
+    def start(self) -> None:
+        """Run :meth:`run` in the background (not a coroutine).
+
+        Raises:
+            RuntimeError: it is running already, or no event loop is running.
+        """
+        if self.running:
+            raise RuntimeError("this Relay is running already: start it once")
+        self._runner = asyncio.get_running_loop().create_task(self.run())
+
+    async def stop(self, *, grace: float | None = None) -> None:
+        """Stop taking entries; calls in flight get ``grace`` seconds (default
+        ``shutdown_grace``) to finish, then are cancelled (their entries are decided by
+        their next take, see the module docstring). Stopping a stopped relay does
+        nothing."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+        busy = [t for t in self._busy if not t.done()]
+        if busy:
+            await asyncio.wait(busy, timeout=self.shutdown_grace if grace is None else grace)
+        for task in busy:
+            task.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+
+    async def __aenter__(self) -> Self:
+        """:meth:`start`."""
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """:meth:`stop`."""
+        await self.stop()

@@ -1,0 +1,378 @@
+"""The sender: what bot code calls to make a Bot API call that is sent once.
+
+``await outbound.call("sendMessage", {"chat_id": 1, "text": "hi"})`` returns Telegram's
+``result`` (a dict for a Message). Whether the call is durable depends on its key:
+
+- ``key="..."`` given: the effect key ``<prefix>:<bot_id>:o:<key>``;
+- inside an ``@idempotent`` action or a step: ``<action key>:o:<digest>:<n>``, the ``n``-th
+  call with this content in the action. A retried action (after a crash) makes the same
+  keys, whatever order ``asyncio.gather`` ran its calls in, so what was sent is not sent
+  again: its stored result is returned;
+- neither: the call is not durable: it is sent at once, paced by flood control only.
+
+A durable call is enqueued (idempotent by key), then delivered inline when its chat is
+idle (latency: one API call), else by the background relay; the caller waits up to
+``wait`` seconds for its outcome:
+
+| entry | ``call`` |
+|---|---|
+| delivered | returns its ``result`` |
+| superseded (latest-wins edits) | returns the result of the newest call that replaced it |
+| dead | raises :class:`~telegram_idem.errors.SendFailedError` |
+| parked | raises :class:`~telegram_idem.errors.ChatParkedError` |
+| unknown | raises :class:`~telegram_idem.errors.UnknownOutcomeError` |
+| still pending after ``wait`` | raises :class:`~telegram_idem.errors.DeliveryTimeoutError` (it is still sent) |
+
+**Inside a database transaction** (``conn=``) the entry is written with the caller's own
+writes (``Outbox.enqueue_in``) and ``call`` returns its effect key at once: the entry is
+not visible before the transaction commits, so nothing can wait for it there. After the
+commit, ``await outbound.result(key)`` waits for it; the relay sends it either way.
+``wait=None`` returns the effect key without waiting too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from telegram_idem._context import current_action
+from telegram_idem._keys import KeyBuilder
+from telegram_idem.errors import (
+    ChatParkedError,
+    ConfigurationError,
+    DeliveryTimeoutError,
+    SendError,
+    SendFailedError,
+    UnknownOutcomeError,
+)
+from telegram_idem.flood import REPLY, FloodControl, Limits
+from telegram_idem.outbox._base import LIVE, AmbiguousPolicy, CallStatus, NewCall, Outbox
+from telegram_idem.outbox._calls import (
+    OutcomeClass,
+    call_digest,
+    classify,
+    collapse_key,
+    default_policy,
+    encode_params,
+    ordering_key_of,
+)
+from telegram_idem.outbox._failures import AmbiguousCall
+from telegram_idem.outbox._relay import Relay
+from telegram_idem.outbox._transport import BotAPI, HttpBotAPI, bot_id_of_token
+
+__all__ = ["Outbound"]
+
+_CODE = re.compile(r"^(\d{3}): (.*)$", re.DOTALL)
+
+
+def _outbox_of(store: object) -> Outbox:
+    """``store.outbox()``, by duck typing (the stores import this package for the
+    contract, so importing ``telegram_idem.backends.outbox_of`` back would be a cycle;
+    the base ``Store.outbox`` raises the error ``outbox_of`` raises)."""
+    getter = getattr(store, "outbox", None)
+    if not callable(getter):
+        raise ConfigurationError(f"{store!r} has no outbox (no outbox() method)")
+    outbox = getter()
+    if not isinstance(outbox, Outbox):
+        raise ConfigurationError(f"{store!r}.outbox() did not return an Outbox")
+    return outbox
+
+
+class Outbound:
+    """Durable Bot API calls for one bot (see the module docstring).
+
+    Args:
+        outbox: the store's outbox.
+        api: the Bot API transport.
+        bot_id: the bot that sends.
+        flood: flood control (``None``: calls are not paced).
+        keys: the key layout (give the one your ``Idem`` uses: ``idem.keys``).
+        retention: seconds a delivered call is remembered (replays answer from it).
+        lease: seconds a relay holds a call it is sending.
+        relay: the relay that sends (default: one made from the above).
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        api: BotAPI,
+        *,
+        bot_id: int,
+        flood: FloodControl | None = None,
+        keys: KeyBuilder | None = None,
+        retention: float = 7 * 24 * 3600.0,
+        lease: float = 30.0,
+        relay: Relay | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.api = api
+        self.bot_id = bot_id
+        self.flood = flood
+        self.keys = keys if keys is not None else KeyBuilder()
+        self.retention = retention
+        self.relay = (
+            relay
+            if relay is not None
+            else Relay(outbox, api, bot_id=bot_id, flood=flood, lease=lease)
+        )
+        self._owned_api: HttpBotAPI | None = None
+
+    def __repr__(self) -> str:
+        return f"Outbound(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
+
+    @classmethod
+    def for_store(
+        cls,
+        store: object,
+        *,
+        token: str,
+        bot_id: int | None = None,
+        base_url: str = "https://api.telegram.org",
+        limits: Limits | None = None,
+        keys: KeyBuilder | None = None,
+    ) -> Outbound:
+        """Calls kept in ``store``'s outbox, paced by its flood budget, sent over HTTP
+        (:class:`~telegram_idem.outbox._transport.HttpBotAPI`, closed with this object).
+
+        Args:
+            store: a store with an outbox and a flood budget (``idem.store``).
+            token: the bot token (never logged or stored).
+            bot_id: the bot's id; by default the number before ``:`` in the token.
+            base_url: the Bot API server.
+            limits: flood-control budgets (Telegram's guidance by default).
+            keys: the key layout (``idem.keys``).
+
+        Raises:
+            ConfigurationError: the store has no outbox or no flood budget, or the token
+                has no bot id and none was given.
+        """
+        if bot_id is None:
+            try:
+                bot_id = bot_id_of_token(token)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        outbox = _outbox_of(store)
+        flood = FloodControl.for_store(store, bot_id=bot_id, limits=limits, keys=keys)
+        api = HttpBotAPI(token, base_url=base_url)
+        out = cls(outbox, api, bot_id=bot_id, flood=flood, keys=keys)
+        out._owned_api = api
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        """Start the background relay (retries, calls left over from a crash)."""
+        self.relay.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the relay (:meth:`Relay.stop`) and close the transport this object made."""
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the relay and close the transport :meth:`for_store` made. Idempotent."""
+        await self.relay.stop()
+        if self._owned_api is not None:
+            await self._owned_api.close()
+
+    # ------------------------------------------------------------------ calls
+
+    def effect_key(self, method: str, params: bytes, key: str | None) -> str | None:
+        """The effect key a call gets here (see the module docstring), or ``None`` when
+        it is not durable. Inside an action, each call advances the action's counter."""
+        if key is not None:
+            return self.keys.effect(self.bot_id, key)
+        action = current_action()
+        if action is None:
+            return None
+        digest = call_digest(method, params)
+        return self.keys.call(action.key, digest, action.next_call(digest))
+
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        policy: AmbiguousPolicy | None = None,
+        priority: int | None = None,
+        wait: float | None = 60.0,
+        conn: object | None = None,
+    ) -> Any:
+        """Make a Bot API call, once (see the module docstring).
+
+        Args:
+            method: the Bot API method (``"sendMessage"``).
+            params: its parameters, JSON values (``None`` values are dropped); local
+                files as :class:`~telegram_idem.outbox._calls.FileRef`.
+            key: the call's own effect name (durable outside an action too).
+            policy: what an ambiguous outcome does (default
+                :func:`~telegram_idem.outbox._calls.default_policy` of ``method``).
+            priority: ``REPLY`` (0, the default) … ``BULK`` (10).
+            wait: seconds to wait for the outcome; ``None``: return the effect key at
+                once (a running relay sends it).
+            conn: the caller's open database transaction to enqueue in: returns the
+                effect key at once (nothing can wait inside the transaction).
+
+        Returns:
+            Telegram's ``result`` (JSON: a dict for a Message, ``True`` for most others);
+            the effect key (``str``) when ``wait`` is ``None`` or ``conn`` is given.
+
+        Raises:
+            TypeError: ``params`` holds a value JSON cannot encode (nothing stored).
+            ValueError: a float that is not finite (nothing stored).
+            SendFailedError: Telegram refused it for good (a dead letter).
+            ChatParkedError: its chat is parked (the bot was blocked there).
+            UnknownOutcomeError: it may or may not have been applied (policy ``hold``).
+            DeliveryTimeoutError: not settled within ``wait``; it is still sent.
+            CallNotSent: a call that is not durable could not be sent.
+            StoreError: the store could not answer.
+            ConfigurationError: ``conn`` given to a store that cannot join it.
+        """
+        body = encode_params(params)
+        prio = REPLY if priority is None else priority
+        effect = self.effect_key(method, body, key)
+        if effect is None:
+            return await self._direct(method, dict(params), prio, wait)
+        call = NewCall(
+            key=effect,
+            bot_id=self.bot_id,
+            method=method,
+            params=body,
+            ordering_key=ordering_key_of(params),
+            collapse_key=collapse_key(method, params),
+            policy=policy if policy is not None else default_policy(method),
+            priority=prio,
+            retention=self.retention,
+        )
+        if conn is not None:
+            await self.outbox.enqueue_in(conn, call)
+            self.relay.notify()
+            return effect
+        entry, _ = await self.outbox.enqueue(call)
+        if wait is None:
+            self.relay.notify()
+            return effect
+        deadline = time.monotonic() + wait
+        if entry.status in LIVE:
+            inline = self.relay.spawn(self.relay.deliver_unit(call.unit, until_key=effect))
+            await asyncio.wait({inline}, timeout=wait)
+            if inline.done() and not inline.cancelled() and inline.exception() is not None:
+                raise inline.exception()  # type: ignore[misc]
+        return await self.result(effect, wait=max(deadline - time.monotonic(), 0.0))
+
+    async def result(self, key: str, *, wait: float = 60.0) -> Any:
+        """Wait for the outcome of the call stored under ``key`` (a full effect key, as
+        :meth:`call` returned it).
+
+        Args:
+            key: the effect key.
+            wait: seconds to wait while it is pending.
+
+        Returns:
+            Its ``result`` (for a superseded edit: the newest edit's).
+
+        Raises:
+            SendFailedError, ChatParkedError, UnknownOutcomeError, DeliveryTimeoutError:
+                as :meth:`call`.
+            SendError: nothing is stored under ``key`` (never enqueued, or forgotten
+                after its retention).
+            StoreError: the store could not answer.
+        """
+        deadline = time.monotonic() + wait
+        current = key
+        pause = 0.01
+        while True:
+            entry = await self.outbox.get(current)
+            if entry is None:
+                raise SendError(f"no outbox entry is stored under {current}", key=current)
+            status = entry.status
+            if status is CallStatus.DELIVERED:
+                return json.loads(entry.result) if entry.result is not None else None
+            if status is CallStatus.SUPERSEDED:
+                current = json.loads(entry.result or b"{}")["superseded_by"]
+                continue
+            if status in (CallStatus.DEAD, CallStatus.PARKED):
+                error = entry.last_error or ""
+                match = _CODE.match(error)
+                code, description = (int(match[1]), match[2]) if match else (None, error)
+                kind = ChatParkedError if status is CallStatus.PARKED else SendFailedError
+                raise kind(
+                    f"{entry.method} {current}: {status.value}: {error}",
+                    key=current,
+                    error_code=code,
+                    description=description,
+                )
+            if status is CallStatus.UNKNOWN:
+                raise UnknownOutcomeError(
+                    f"{entry.method} {current}: the outcome is unknown ({entry.last_error}); "
+                    "it is not sent again by itself: resolve or redrive it",
+                    key=current,
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeliveryTimeoutError(
+                    f"{entry.method} {current}: not delivered within {wait} s; it stays in "
+                    "the outbox and is still sent",
+                    key=current,
+                )
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, self.relay.poll_interval)
+
+    async def _direct(
+        self, method: str, params: dict[str, Any], priority: int, wait: float | None
+    ) -> Any:
+        """A call that is not durable: sent now, paced by flood control only."""
+        deadline = time.monotonic() + wait if wait is not None else None
+        while True:
+            if self.flood is not None:
+                try:
+                    await self.flood.wait_turn(method, params, priority=priority, deadline=deadline)
+                except TimeoutError:
+                    raise DeliveryTimeoutError(
+                        f"{method}: flood control had no room within {wait} s (not sent)", key=""
+                    ) from None
+            try:
+                answer = await self.api.call(method, encode_params(params))
+            except AmbiguousCall as exc:
+                raise UnknownOutcomeError(str(exc), key="") from None
+            verdict = classify(answer)
+            outcome = verdict.outcome
+            if outcome is OutcomeClass.DELIVERED:
+                return answer.result
+            if outcome is OutcomeClass.ALREADY_DONE:
+                return True
+            if outcome is OutcomeClass.RETRY:
+                delay = verdict.retry_after or 1.0
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise DeliveryTimeoutError(
+                        f"{method}: Telegram asked to wait {delay} s, past the wait (not sent)",
+                        key="",
+                    )
+                if self.flood is not None:
+                    await self.flood.retry_after(delay)
+                else:
+                    await asyncio.sleep(delay)
+                continue
+            if outcome is OutcomeClass.MIGRATE:
+                params = {**params, "chat_id": verdict.migrate_to_chat_id}
+                continue
+            if outcome is OutcomeClass.AMBIGUOUS:
+                raise UnknownOutcomeError(f"{method}: {verdict.description}", key="")
+            kind = ChatParkedError if outcome is OutcomeClass.BLOCKED else SendFailedError
+            raise kind(
+                f"{method}: {answer.error_code}: {answer.description}",
+                key="",
+                error_code=answer.error_code,
+                description=answer.description,
+            )

@@ -1,0 +1,261 @@
+"""The Bot API transport: one HTTP request per call, and an honest account of what
+happened when no answer came.
+
+:class:`BotAPI` is what the relay needs; :class:`HttpBotAPI` is the aiohttp one (extra
+``telegram-idem[outbox]``). A request is ``POST {base_url}/bot{token}/{method}`` (Bot API
+"Making requests"): a JSON body, or ``multipart/form-data`` when the stored params name a
+local file (``{"telegram_idem_file": path}``, see
+:class:`~telegram_idem.outbox._calls.FileRef`; Bot API "Sending files": a top-level
+file parameter is a form part, a file inside a structure such as ``InputMedia`` is a part
+named by ``attach://<name>``).
+
+What comes back:
+
+- an answer, 2xx, 4xx or 5xx alike: an :class:`~telegram_idem.outbox._calls.Answer`
+  (``classify`` makes a 5xx ambiguous);
+- :class:`~telegram_idem.outbox._failures.CallNotSent`: the request never left (connection
+  refused, DNS, a connect timeout, a local file that cannot be read);
+- :class:`~telegram_idem.outbox._failures.AmbiguousCall`: anything else (a timeout after
+  the connection was made, the connection broke, a 2xx body that is not JSON): the
+  request may have been applied. When in doubt, ambiguous.
+
+The bot token is a credential: it is in the request URL and nowhere else. No log line,
+exception message, ``repr`` or stored entry carries it (exceptions are raised without a cause or
+context, with the token masked in their text: aiohttp's own messages name the URL).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+from telegram_idem.outbox._calls import FILE_FIELD, Answer
+from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["BotAPI", "HttpBotAPI", "bot_id_of_token"]
+
+log = logging.getLogger("telegram_idem.outbox")
+
+_MASK = "<token>"
+
+
+class BotAPI(Protocol):
+    """Sends one Bot API call and returns its answer."""
+
+    async def call(self, method: str, params: bytes) -> Answer:
+        """Send ``method`` with ``params`` once.
+
+        Args:
+            method: the Bot API method (``"sendMessage"``).
+            params: the stored params: a JSON object as bytes, files by reference
+                (``{"telegram_idem_file": path}``).
+
+        Returns:
+            Telegram's answer, whatever its status (classify it).
+
+        Raises:
+            CallNotSent: the request never left: safe to send again.
+            AmbiguousCall: it may have been applied; no answer came.
+        """
+        ...
+
+
+def bot_id_of_token(token: str) -> int:
+    """The bot's id: the number before ``:`` in its token (Bot API "Authorizing your bot":
+    tokens look like ``123456:ABC-DEF...``).
+
+    Raises:
+        ValueError: the token does not have that shape (the message does not show it).
+    """
+    head, sep, tail = token.partition(":")
+    if not sep or not tail or not head.isdigit():
+        raise ValueError("a bot token looks like '<bot_id>:<secret>'; this one does not")
+    return int(head)
+
+
+class HttpBotAPI:
+    """The Bot API over HTTP with aiohttp (extra ``telegram-idem[outbox]``).
+
+    Args:
+        token: the bot token (kept private: see the module docstring).
+        base_url: the Bot API server (a local ``telegram-bot-api``, a test fake).
+        timeout: seconds one call may take, connecting included.
+        session: an aiohttp session to use (its owner closes it); by default one is
+            made at the first call and closed by :meth:`close`.
+
+    Raises:
+        ValueError: ``timeout`` is not > 0.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = "https://api.telegram.org",
+        timeout: float = 30.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be > 0 seconds")
+        self.__token = token
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._session = session
+        self._owns_session = session is None
+
+    def __repr__(self) -> str:
+        return f"HttpBotAPI(base_url={self.base_url!r}, timeout={self.timeout!r})"
+
+    def _mask(self, text: str) -> str:
+        return text.replace(self.__token, _MASK) if self.__token else text
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        if self._session is None or (self._owns_session and self._session.closed):
+            import aiohttp
+
+            self._session = aiohttp.ClientSession()
+            self._owns_session = True
+        return self._session
+
+    async def call(self, method: str, params: bytes) -> Answer:
+        """:meth:`BotAPI.call` over HTTP (see the module docstring for what raises what).
+
+        Args:
+            method: the Bot API method.
+            params: the stored JSON params (bytes).
+
+        Raises:
+            CallNotSent: the request never left.
+            AmbiguousCall: it may have been applied; no answer came.
+        """
+        import aiohttp
+
+        url = f"{self.base_url}/bot{self.__token}/{method}"
+        try:
+            decoded = json.loads(params) if params else {}
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            raise CallNotSent(f"{method}: the stored params are not a JSON object", method=method)
+        # Failures are raised outside the except blocks, so they carry no __context__:
+        # aiohttp's exceptions name the URL, and the URL holds the token.
+        failure: CallNotSent | AmbiguousCall | None = None
+        with ExitStack() as files:
+            try:
+                data, headers = _body(params, decoded, files)
+            except OSError as exc:
+                failure = CallNotSent(
+                    f"{method}: a file to upload cannot be read: {self._mask(str(exc))}",
+                    method=method,
+                )
+            if failure is None:
+                try:
+                    async with self._session_now().post(
+                        url,
+                        data=data,
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=self.timeout),
+                    ) as response:
+                        status = response.status
+                        raw = await response.read()
+                except (
+                    aiohttp.ClientConnectorError,
+                    aiohttp.ConnectionTimeoutError,
+                    aiohttp.InvalidURL,
+                ) as exc:
+                    failure = CallNotSent(self._failure(method, exc, "not sent"), method=method)
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    failure = AmbiguousCall(self._failure(method, exc, "no answer"), method=method)
+        if failure is not None:
+            raise failure
+        return self._answer(method, status, raw)
+
+    def _failure(self, method: str, exc: BaseException, what: str) -> str:
+        detail = self._mask(str(exc)) or "(no detail)"
+        return f"{method}: {what}: {type(exc).__name__}: {detail}"
+
+    def _answer(self, method: str, status: int, raw: bytes) -> Answer:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            return Answer.from_json(body, status=status)
+        if 400 <= status < 500:
+            return Answer(ok=False, error_code=status, description=f"HTTP {status}, not JSON")
+        raise AmbiguousCall(
+            f"{method}: HTTP {status} with a body that is not a Bot API answer", method=method
+        )
+
+    async def close(self) -> None:
+        """Close the session this object made (a session given to it is left open).
+        Idempotent."""
+        session, self._session = self._session, None
+        if session is not None and self._owns_session and not session.closed:
+            await session.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _file_refs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        if set(value) == {FILE_FIELD} and isinstance(value[FILE_FIELD], str):
+            yield value[FILE_FIELD]
+            return
+        for item in value.values():
+            yield from _file_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _file_refs(item)
+
+
+def _body(
+    raw: bytes, params: Any, files: ExitStack
+) -> tuple[bytes | aiohttp.FormData, dict[str, str]]:
+    """The request body: the stored JSON as it is, or a form when it names files."""
+    if not isinstance(params, dict) or not any(True for _ in _file_refs(params)):
+        return raw, {"Content-Type": "application/json"}
+    import aiohttp
+
+    form = aiohttp.FormData()
+    parts: list[tuple[str, str]] = []
+
+    def attach(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {FILE_FIELD} and isinstance(value[FILE_FIELD], str):
+                name = f"file{len(parts)}"
+                parts.append((name, value[FILE_FIELD]))
+                return f"attach://{name}"
+            return {k: attach(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [attach(v) for v in value]
+        return value
+
+    for field, value in params.items():
+        if isinstance(value, dict) and set(value) == {FILE_FIELD}:
+            path = Path(str(value[FILE_FIELD]))
+            form.add_field(field, files.enter_context(path.open("rb")), filename=path.name)
+            continue
+        value = attach(value)
+        form.add_field(field, value if isinstance(value, str) else json.dumps(value))
+    for name, path_text in parts:
+        path = Path(path_text)
+        form.add_field(name, files.enter_context(path.open("rb")), filename=path.name)
+    return form, {}

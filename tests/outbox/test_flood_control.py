@@ -1,0 +1,93 @@
+"""FloodControl: a call waits until every budget it spends has room, a 429 pauses the
+whole bot for every FloodControl sharing the budget, a deadline gives up without
+reserving."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from outbox.outbox_support import BOT_ID, ClockBudget
+
+from telegram_idem._clock import ManualClock
+from telegram_idem._keys import KeyBuilder
+from telegram_idem.errors import ConfigurationError
+from telegram_idem.flood import BULK, FloodControl, Limits, Rate
+
+
+def control(budget: ClockBudget, **kwargs: object) -> FloodControl:
+    clock = budget.clock
+    assert isinstance(clock, ManualClock)
+
+    async def sleep(seconds: float) -> None:  # time passes on the store's clock
+        clock.advance(seconds)
+
+    return FloodControl(budget, bot_id=BOT_ID, sleep=sleep, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_private_chat_gets_its_burst_then_one_per_second() -> None:
+    budget = ClockBudget(ManualClock())
+    flood = control(budget, limits=Limits(chat=Rate(1, 1.0, burst=2)))
+    waits = [await flood.wait_turn("sendMessage", {"chat_id": 7}) for _ in range(4)]
+    assert waits[:2] == [0.0, 0.0]
+    assert waits[2] == pytest.approx(1.0) and waits[3] == pytest.approx(1.0)
+    other = await flood.wait_turn("sendMessage", {"chat_id": 8})
+    assert other == 0.0  # another chat has its own budget
+
+
+async def test_answers_only_wait_at_the_gate() -> None:
+    budget = ClockBudget(ManualClock())
+    flood = control(budget, limits=Limits(chat=Rate(1, 1.0, burst=1)))
+    for _ in range(5):
+        assert await flood.wait_turn("answerCallbackQuery", {"callback_query_id": "q"}) == 0.0
+
+
+async def test_a_429_pauses_every_process_of_the_bot() -> None:
+    budget = ClockBudget(ManualClock())
+    one, two = control(budget), control(budget)
+    await one.retry_after(5)
+    assert await two.paused_for() == pytest.approx(5.0)
+    waited = await two.wait_turn("answerCallbackQuery", {"callback_query_id": "q"})
+    assert waited == pytest.approx(5.0)
+    await one.retry_after(1)  # a shorter pause never shortens a longer one
+    await one.retry_after(3)
+    assert await two.paused_for() == pytest.approx(3.0)
+
+
+async def test_another_bot_or_prefix_is_not_paused() -> None:
+    budget = ClockBudget(ManualClock())
+    await control(budget).retry_after(30)
+    other_bot = FloodControl(budget, bot_id=BOT_ID + 1)
+    tenant = FloodControl(budget, bot_id=BOT_ID, keys=KeyBuilder("tenant"))
+    assert await other_bot.paused_for() == 0.0 and await tenant.paused_for() == 0.0
+
+
+async def test_a_deadline_gives_up_without_reserving() -> None:
+    budget = ClockBudget(ManualClock())
+    flood = control(budget)
+    await flood.retry_after(60)
+    before = budget.reservations
+    with pytest.raises(TimeoutError):
+        await flood.wait_turn("sendMessage", {"chat_id": 1}, deadline=time.monotonic() + 1)
+    assert budget.reservations == before
+
+
+async def test_bulk_sends_leave_the_burst_to_replies() -> None:
+    budget = ClockBudget(ManualClock())
+    flood = control(budget, limits=Limits(global_=Rate(10, 1.0, burst=10), bulk_share=0.5))
+    bulk = [await flood.wait_turn("sendMessage", {"chat_id": i}, priority=BULK) for i in range(6)]
+    assert bulk[:5] == [0.0] * 5 and bulk[5] > 0
+    replies = [await flood.wait_turn("sendMessage", {"chat_id": 100 + i}) for i in range(4)]
+    assert replies == [0.0] * 4  # the other half of the burst was kept for them
+
+
+def test_for_store_needs_a_store_with_a_budget() -> None:
+    budget = ClockBudget(ManualClock())
+
+    class WithBudget:
+        def flood_budget(self) -> ClockBudget:
+            return budget
+
+    assert FloodControl.for_store(WithBudget(), bot_id=1).budget is budget
+    with pytest.raises(ConfigurationError):
+        FloodControl.for_store(object(), bot_id=1)

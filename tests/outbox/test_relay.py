@@ -1,0 +1,352 @@
+"""The relay over real HTTP on loopback: each outcome class recorded as the contract says,
+ambiguous sends under resend and hold, a 429 pausing every relay of the bot, migration,
+parking, per-chat order under retries, racing relays, takes that recorded nothing, and
+the token in no log line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from outbox.outbox_support import (
+    BOT_ID,
+    TOKEN,
+    ClockBudget,
+    DictOutbox,
+    Reply,
+    ScriptedAPI,
+    error,
+)
+
+from telegram_idem.events import DecisionEvent, subscribe
+from telegram_idem.flood import FloodControl, Limits, Rate
+from telegram_idem.outbox import (
+    AmbiguousPolicy,
+    CallStatus,
+    HttpBotAPI,
+    NewCall,
+    OutboxEntry,
+    Relay,
+    collapse_key,
+    default_policy,
+    encode_params,
+    ordering_key_of,
+)
+
+FAST = Limits(chat=Rate(1000, 1.0, burst=1000), group=Rate(1000, 1.0, burst=1000))
+
+
+def new_call(
+    key: str, method: str, params: dict[str, Any], policy: AmbiguousPolicy | None = None
+) -> NewCall:
+    return NewCall(
+        key=key,
+        bot_id=BOT_ID,
+        method=method,
+        params=encode_params(params),
+        ordering_key=ordering_key_of(params),
+        collapse_key=collapse_key(method, params),
+        policy=policy or default_policy(method),
+    )
+
+
+@pytest.fixture
+async def http(scripted: ScriptedAPI) -> AsyncIterator[HttpBotAPI]:
+    async with HttpBotAPI(TOKEN, base_url=scripted.url, timeout=1.0) as api:
+        yield api
+
+
+def relay_of(outbox: DictOutbox, api: HttpBotAPI, **kw: Any) -> Relay:
+    kw.setdefault("backoff_base", 0.01)
+    kw.setdefault("poll_interval", 0.02)
+    return Relay(outbox, api, bot_id=BOT_ID, **kw)
+
+
+async def send_one(
+    outbox: DictOutbox, relay: Relay, method: str, params: dict[str, Any], **kw: Any
+) -> OutboxEntry:
+    entry, _ = await outbox.enqueue(new_call("k", method, params, **kw))
+    done = await relay.deliver_unit(entry.ordering_key, until_key="k")
+    assert done is not None
+    return done
+
+
+async def test_delivered_records_the_result(scripted: ScriptedAPI, http: HttpBotAPI) -> None:
+    outbox = DictOutbox()
+    done = await send_one(
+        outbox, relay_of(outbox, http), "sendMessage", {"chat_id": 1, "text": "a"}
+    )
+    assert done.status is CallStatus.DELIVERED
+    assert done.result is not None and json.loads(done.result)["text"] == "a"
+
+
+@pytest.mark.parametrize(
+    ("method", "reply", "status", "error_text"),
+    [
+        ("editMessageText", error(400, "Bad Request: message is not modified"), "delivered", None),
+        (
+            "sendMessage",
+            error(400, "Bad Request: chat not found"),
+            "dead",
+            "400: Bad Request: chat not found",
+        ),
+        (
+            "answerCallbackQuery",
+            error(400, "Bad Request: query is too old and response timeout expired"),
+            "dead",
+            "400: Bad Request: query is too old and response timeout expired",
+        ),
+        (
+            "sendMessage",
+            error(403, "Forbidden: bot was blocked by the user"),
+            "parked",
+            "403: Forbidden: bot was blocked by the user",
+        ),
+        ("sendMessage", error(500, "Internal Server Error"), "unknown", "Internal Server Error"),
+        ("sendMessage", Reply(drop=True), "unknown", None),
+    ],
+)
+async def test_each_outcome_class_is_recorded(
+    scripted: ScriptedAPI,
+    http: HttpBotAPI,
+    method: str,
+    reply: Reply,
+    status: str,
+    error_text: str | None,
+) -> None:
+    scripted.script(method, reply)
+    outbox = DictOutbox()
+    params = {"chat_id": 1, "message_id": 5, "text": "a", "callback_query_id": "q"}
+    done = await send_one(outbox, relay_of(outbox, http), method, params)
+    assert done.status == status
+    if error_text is not None:
+        assert done.last_error == error_text
+    if status == "delivered":
+        assert done.result == b"true"
+    assert len(scripted.calls_of(method)) == 1  # nothing was sent twice
+
+
+async def test_ambiguous_under_resend_is_sent_again(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script("sendMessage", Reply(drop=True), error(502, "Bad Gateway"))
+    outbox = DictOutbox()
+    relay = relay_of(outbox, http)
+    async with relay:
+        await outbox.enqueue(
+            new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}, AmbiguousPolicy.RESEND)
+        )
+        relay.notify()
+        await wait_for(outbox, "k", CallStatus.DELIVERED)
+    assert len(scripted.calls_of("sendMessage")) == 3
+
+
+async def test_ambiguous_under_hold_is_never_sent_again(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script("sendMessage", Reply(drop=True))
+    outbox = DictOutbox()
+    async with relay_of(outbox, http) as relay:
+        await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}))
+        relay.notify()
+        await wait_for(outbox, "k", CallStatus.UNKNOWN)
+        await asyncio.sleep(0.2)
+    assert len(scripted.calls_of("sendMessage")) == 1
+
+
+async def test_not_sent_retries_then_becomes_a_dead_letter(closed_port: int) -> None:
+    outbox = DictOutbox()
+    async with HttpBotAPI(TOKEN, base_url=f"http://127.0.0.1:{closed_port}") as api:
+        async with relay_of(outbox, api, max_attempts=3) as relay:
+            await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}))
+            relay.notify()
+            done = await wait_for(outbox, "k", CallStatus.DEAD)
+    assert done.attempts == 3
+    assert done.last_error is not None and "3 failed attempts" in done.last_error
+
+
+async def test_a_429_pauses_every_relay_of_the_bot_and_is_not_a_failure(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script(
+        "sendMessage",
+        error(429, "Too Many Requests: retry after 0.4", retry_after=0.4),
+        error(429, "Too Many Requests: retry after 0.1", retry_after=0.1),
+    )
+    outbox = DictOutbox()
+    budget = ClockBudget(time.time)
+    one = relay_of(
+        outbox, http, flood=FloodControl(budget, bot_id=BOT_ID, limits=FAST), max_attempts=1
+    )
+    two_flood = FloodControl(budget, bot_id=BOT_ID, limits=FAST)
+    two = relay_of(outbox, http, flood=two_flood)
+    await outbox.enqueue(new_call("a", "sendMessage", {"chat_id": 1, "text": "a"}))
+    first = await one.deliver_unit("chat:1", until_key="a")
+    assert first is not None and first.status is CallStatus.PENDING
+    assert await two_flood.paused_for() > 0.2  # the other process sees the pause
+    await outbox.enqueue(new_call("b", "sendMessage", {"chat_id": 2, "text": "b"}))
+    started = time.monotonic()
+    async with two, one:
+        one.notify()
+        two.notify()
+        await wait_for(outbox, "b", CallStatus.DELIVERED)
+        assert time.monotonic() - started > 0.25  # chat 2 waited behind the bot's pause
+        done = await wait_for(outbox, "a", CallStatus.DELIVERED)
+    assert done.attempts == 3  # two 429s, one delivery: never dead at max_attempts=1
+    assert budget.pauses == 2
+
+
+async def test_a_migrated_group_is_sent_to_its_supergroup(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script(
+        "sendMessage",
+        error(
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            migrate_to_chat_id=-1001,
+        ),
+    )
+    outbox = DictOutbox()
+    done = await send_one(
+        outbox, relay_of(outbox, http), "sendMessage", {"chat_id": -5, "text": "a"}
+    )
+    assert done.status is CallStatus.DELIVERED and done.ordering_key == "chat:-1001"
+    assert [p["chat_id"] for p in scripted.calls_of("sendMessage")] == [-5, -1001]
+
+
+async def test_a_blocked_chat_is_parked_and_so_are_its_later_calls(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script("sendMessage", error(403, "Forbidden: bot was blocked by the user"))
+    outbox = DictOutbox()
+    relay = relay_of(outbox, http)
+    await outbox.enqueue(new_call("a", "sendMessage", {"chat_id": 1, "text": "a"}))
+    await outbox.enqueue(new_call("b", "sendMessage", {"chat_id": 1, "text": "b"}))
+    await relay.deliver_unit("chat:1")
+    later, _ = await outbox.enqueue(new_call("c", "sendMessage", {"chat_id": 1, "text": "c"}))
+    statuses = [(await outbox.get(k)) for k in "ab"]
+    assert [e.status for e in statuses if e] == [CallStatus.PARKED] * 2
+    assert later.status is CallStatus.PARKED
+    assert len(scripted.calls_of("sendMessage")) == 1
+
+
+async def test_a_chat_keeps_its_order_under_retries(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    scripted.script("sendMessage", Reply(drop=True), error(500, "Internal Server Error"))
+    outbox = DictOutbox()
+    for text in "abc":
+        await outbox.enqueue(
+            new_call(text, "sendMessage", {"chat_id": 1, "text": text}, AmbiguousPolicy.RESEND)
+        )
+    async with relay_of(outbox, http, concurrency=4) as relay:
+        relay.notify()
+        await wait_for(outbox, "c", CallStatus.DELIVERED)
+    assert [p["text"] for p in scripted.calls_of("sendMessage")] == ["a", "a", "a", "b", "c"]
+
+
+async def test_two_relays_racing_on_one_chat_send_each_call_once(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    outbox = DictOutbox()
+    texts = [str(i) for i in range(12)]
+    for text in texts:
+        await outbox.enqueue(new_call(text, "sendMessage", {"chat_id": 1, "text": text}))
+    async with relay_of(outbox, http, concurrency=3), relay_of(outbox, http, concurrency=3):
+        await wait_for(outbox, texts[-1], CallStatus.DELIVERED)
+    assert [p["text"] for p in scripted.calls_of("sendMessage")] == texts
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "sent"),
+    [
+        (AmbiguousPolicy.HOLD, CallStatus.UNKNOWN, 0),
+        (AmbiguousPolicy.RESEND, CallStatus.DELIVERED, 1),
+    ],
+)
+async def test_a_take_that_recorded_nothing(
+    scripted: ScriptedAPI, http: HttpBotAPI, policy: AmbiguousPolicy, status: CallStatus, sent: int
+) -> None:
+    """A relay took the entry and died before recording (maybe after sending): after the
+    lease, hold makes it unknown without calling the API; resend sends it."""
+    outbox = DictOutbox()
+    await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}, policy))
+    abandoned = await outbox.take(bot_id=BOT_ID, lease=0.05)
+    assert abandoned is not None
+    await asyncio.sleep(0.1)
+    done = await relay_of(outbox, http).deliver_unit("chat:1", until_key="k")
+    assert done is not None and done.status is status
+    assert len(scripted.calls_of("sendMessage")) == sent
+
+
+async def test_a_poison_entry_whose_takes_never_record_is_buried(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    outbox = DictOutbox()
+    await outbox.enqueue(
+        new_call("k", "editMessageText", {"chat_id": 1, "message_id": 1, "text": "a"})
+    )
+    for _ in range(3):
+        assert await outbox.take(bot_id=BOT_ID, lease=0.0) is not None
+    await outbox.enqueue(new_call("next", "sendMessage", {"chat_id": 1, "text": "b"}))
+    await relay_of(outbox, http, max_attempts=3).deliver_unit("chat:1")
+    dead, after = await outbox.get("k"), await outbox.get("next")
+    assert dead is not None and dead.status is CallStatus.DEAD
+    assert after is not None and after.status is CallStatus.DELIVERED  # the chat moves on
+    assert scripted.calls_of("editMessageText") == []
+
+
+async def test_outcomes_are_decision_events(scripted: ScriptedAPI, http: HttpBotAPI) -> None:
+    scripted.script("sendMessage", error(400, "Bad Request: chat not found"))
+    outbox = DictOutbox()
+    seen: list[DecisionEvent] = []
+    relay = relay_of(outbox, http)
+    with subscribe(seen.append):
+        await outbox.enqueue(new_call("a", "sendMessage", {"chat_id": 1, "text": "a"}))
+        await outbox.enqueue(new_call("b", "sendMessage", {"chat_id": 1, "text": "b"}))
+        await relay.deliver_unit("chat:1")
+    assert [(e.boundary, e.key, e.decision, e.handler) for e in seen] == [
+        ("outbox", "a", "dead", "sendMessage"),
+        ("outbox", "b", "delivered", "sendMessage"),
+    ]
+
+
+async def test_the_token_is_never_logged_or_stored(
+    scripted: ScriptedAPI, closed_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = TOKEN.partition(":")[2]
+    scripted.script("sendMessage", Reply(drop=True), error(500, "Internal Server Error"))
+    outbox = DictOutbox()
+    async with (
+        HttpBotAPI(TOKEN, base_url=scripted.url) as good,
+        HttpBotAPI(TOKEN, base_url=f"http://127.0.0.1:{closed_port}") as down,
+    ):
+        for i in range(3):
+            await outbox.enqueue(new_call(f"s{i}", "sendMessage", {"chat_id": i, "text": "x"}))
+        await relay_of(outbox, good).deliver_unit("chat:0")
+        await relay_of(outbox, good).deliver_unit("chat:1")
+        await relay_of(outbox, down).deliver_unit("chat:2")
+    assert len(caplog.records) >= 3
+    logged = [r.getMessage() + repr(r.args) + str(r.exc_info) for r in caplog.records]
+    assert not [line for line in logged if secret in line]
+    stored = [repr(e) for e in outbox.rows.values()]
+    assert not [row for row in stored if secret in row]
+    assert secret in scripted.tokens[0]  # the token did reach the API
+
+
+async def wait_for(
+    outbox: DictOutbox, key: str, status: CallStatus, limit: float = 5.0
+) -> OutboxEntry:
+    async with asyncio.timeout(limit):
+        while True:
+            entry = await outbox.get(key)
+            if entry is not None and entry.status is status:
+                return entry
+            await asyncio.sleep(0.01)

@@ -1,0 +1,148 @@
+"""The PTB outbound glue's conversions, against PTB's own objects: the ``data`` PTB hands
+its rate limiter as Bot API JSON, and a dead letter as the exception PTB would raise."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telegram import (
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    InputMediaPhoto,
+    Message,
+)
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder
+
+from telegram_idem.adapters.ptb import FloodRateLimiter, request_params, to_ptb_error
+from telegram_idem.backends.memory import MemoryStore
+from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.flood import FloodControl, Limits, Rate
+from telegram_idem.outbox import FileRef, encode_params
+from telegram_idem.testing.bot_api import FakeBotAPI
+
+TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
+BOT = 7000000001
+CHAT = 5550001001
+
+
+def test_objects_become_their_json() -> None:
+    markup = InlineKeyboardMarkup([[InlineKeyboardButton("Approve", callback_data="approve")]])
+    until = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    params = request_params({"chat_id": 5, "reply_markup": markup, "until_date": until})
+    assert params == {
+        "chat_id": 5,
+        "reply_markup": {"inline_keyboard": [[{"text": "Approve", "callback_data": "approve"}]]},
+        "until_date": int(until.timestamp()),
+    }
+    encode_params(params)
+
+
+def test_a_file_ptb_kept_by_path_is_a_reference(tmp_path: Path) -> None:
+    photo = tmp_path / "cat.jpg"
+    photo.write_bytes(b"\xff\xd8")
+    with photo.open("rb") as handle:
+        params = request_params({"chat_id": 5, "photo": InputFile(handle, read_file_handle=False)})
+        assert params["photo"] == FileRef(str(photo))
+        media = InputMediaPhoto(InputFile(handle, read_file_handle=False, attach=True))
+        group = request_params({"chat_id": 5, "media": [media]})
+    assert group["media"] == [{"type": "photo", "media": FileRef(str(photo))}]
+    assert b'"telegram_idem_file"' in encode_params(group)
+
+
+def test_bytes_in_memory_are_refused_clearly() -> None:
+    with pytest.raises(TypeError, match="read_file_handle=False"):
+        request_params({"chat_id": 5, "photo": InputFile(b"\xff\xd8", filename="x.jpg")})
+
+
+@pytest.mark.parametrize(
+    ("code", "ptb_type"), [(400, BadRequest), (403, Forbidden), (420, TelegramError)]
+)
+def test_a_dead_letter_is_both_ptb_s_error_and_ours(code: int, ptb_type: type[Exception]) -> None:
+    err = SendFailedError("refused", key="k1", error_code=code, description="Bad Request: no")
+    mapped = to_ptb_error(err)
+    assert isinstance(mapped, ptb_type)
+    assert isinstance(mapped, SendFailedError)
+    assert (mapped.key, mapped.error_code, mapped.description) == ("k1", code, "Bad Request: no")
+    assert str(mapped) == "No"  # PTB's own message rule ("Bad Request: " cut, capitalised)
+
+
+def test_a_parked_chat_is_forbidden_and_parked() -> None:
+    err = ChatParkedError("parked", key="k", error_code=403, description="Forbidden: blocked")
+    mapped = to_ptb_error(err)
+    assert isinstance(mapped, Forbidden)
+    assert isinstance(mapped, ChatParkedError)
+
+
+# ----------------------------------------------------------------- flood control only
+
+App = Application[Any, Any, Any, Any, Any, Any]
+
+
+def paced_app(api: FakeBotAPI, flood: FloodControl, **options: Any) -> App:
+    app: App = (
+        ApplicationBuilder()
+        .token(TOKEN)
+        .base_url(api.ptb_base_url)
+        .rate_limiter(FloodRateLimiter(flood, **options))
+        .build()
+    )
+    return app
+
+
+def flood_of(store: MemoryStore, limits: Limits | None = None) -> FloodControl:
+    return FloodControl.for_store(store, bot_id=BOT, limits=limits)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeBotAPI]:
+    async with FakeBotAPI() as fake:
+        yield fake
+
+
+async def test_a_429_pauses_every_sender_of_the_bot_and_the_call_goes_again(
+    api: FakeBotAPI,
+) -> None:
+    store = MemoryStore()  # one store: two senders of one bot (two processes' share)
+    first, second = paced_app(api, flood_of(store)), paced_app(api, flood_of(store))
+    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    async with first, second:
+        sending = asyncio.create_task(first.bot.send_message(CHAT, "hi"))
+        while not api.calls_of("sendMessage"):
+            await asyncio.sleep(0.005)
+        refused_at = api.calls_of("sendMessage")[0].at
+        await asyncio.sleep(0.05)  # the 429 is answered and the pause stored
+        other = await second.bot.send_message(CHAT + 1, "elsewhere")
+        message = await sending
+    sends = api.calls_of("sendMessage")
+    assert isinstance(message, Message) and message.text == "hi"
+    his = [c for c in sends if c.params["text"] == "hi"]
+    assert len(his) == 3  # two 429s, then delivered
+    assert his[1].at - refused_at >= 0.95  # retry_after honoured
+    elsewhere = next(c for c in sends if c.params["text"] == "elsewhere")
+    assert elsewhere.at - refused_at >= 0.95  # behind the bot-wide pause
+    assert other.text == "elsewhere"
+
+
+async def test_429_retries_are_bounded(api: FakeBotAPI) -> None:
+    api.fail_next("sendMessage", 429, retry_after=1, times=5)
+    async with paced_app(api, flood_of(MemoryStore()), max_retries=1) as app:
+        with pytest.raises(RetryAfter):
+            await app.bot.send_message(CHAT, "hi")
+    assert len(api.calls_of("sendMessage")) == 2
+
+
+async def test_one_chat_is_paced_by_its_budget(api: FakeBotAPI) -> None:
+    limits = Limits(chat=Rate(10, 1.0, burst=1))  # one message per 0.1 s in a chat
+    async with paced_app(api, flood_of(MemoryStore(), limits)) as app:
+        await asyncio.gather(*(app.bot.send_message(CHAT, f"m{i}") for i in range(5)))
+        await app.bot.answer_callback_query("q1")
+    times = [c.at for c in api.calls_of("sendMessage")]
+    assert times[-1] - times[0] >= 0.35  # 5 messages: 4 intervals of 0.1 s
+    assert api.answered_callback_ids() == ["q1"]
