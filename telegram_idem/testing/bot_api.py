@@ -20,14 +20,33 @@ Every request is recorded as a `Call`. Methods with built-in behaviour: ``getMe`
 Any other method is recorded in `FakeBotAPI.unknown_methods` and answers ``true`` unless
 `FakeBotAPI.set_result` gave it a result. Method names are case-insensitive, as in the Bot API.
 
+Faults, answered exactly as Telegram does (`Fault`: 429 ``retry_after`` for a method, a
+chat or the whole bot; accept-then-drop and late answers, the ambiguous sends; 5xx applied
+or not; 403 blocked; 400 not modified, query too old, migrated to a supergroup)::
+
+    api.inject(Fault.retry_after(5, chat_id=42, times=3))
+    api.inject(Fault.drop(method="sendMessage"))      # stored and counted, never answered
+    api.inject(Fault.blocked(42))                     # until api.clear_faults(chat_id=42)
+
+``FakeBotAPI(limits=Limits())`` enforces flood limits with the library's own rule
+(`telegram_idem.flood.buckets_for` + `telegram_idem.flood.decide`): a call over them is
+answered 429 with ``retry_after`` = the wait, rounded up. Assertions for a bot's tests:
+`FakeBotAPI.assert_sent_once`, `FakeBotAPI.assert_no_429`,
+`FakeBotAPI.assert_no_repeated_text`, `FakeBotAPI.sent_texts`.
+
+Another process controls the fake over HTTP on the same port: ``POST /_fake/faults``
+(a fault's JSON form), ``DELETE /_fake/faults[?method=&chat_id=]``, ``GET /_fake/state``
+(calls, messages, sent texts, error answers as JSON); `FakeBotAPIControl` is the client.
+
 Run it for a bot in another process (prints its URL, serves until SIGINT or SIGTERM)::
 
-    python -m telegram_idem.testing.bot_api --port 8081 [--updates updates.json]
+    python -m telegram_idem.testing.bot_api --port 8081 [--updates updates.json] [--limits]
 
 Deliberate simplifications: ``parse_mode`` is not rendered (``text`` is echoed verbatim and
 "not modified" compares text, parse mode, entities and markup as sent); message ids come from
 one counter shared by all chats; inline-message edits always succeed; ``allowed_updates`` is
-recorded but does not filter ``getUpdates``.
+recorded but does not filter ``getUpdates``; faults are per fake, not per bot token (flood
+budgets are per bot); ``callback_answer_window`` counts from when the update was queued.
 """
 
 from __future__ import annotations
@@ -35,29 +54,51 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import json
+import math
 import re
 import signal
 import sys
 import time
 import zlib
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
+from telegram_idem.flood import Limits, buckets_for, decide
+from telegram_idem.testing._assertions import check_no_429, check_no_repeated_text, check_sent_once
+from telegram_idem.testing._faults import (
+    BLOCKED,
+    MIGRATED,
+    NOT_MODIFIED,
+    QUERY_TOO_OLD,
+    Fault,
+    FaultKind,
+)
 from telegram_idem.testing._loopback import LoopbackServer
 
-__all__ = ["Call", "FakeBotAPI", "SentMessage", "UploadedFile", "WebhookState", "main"]
+__all__ = [
+    "BLOCKED",
+    "MIGRATED",
+    "NOT_MODIFIED",
+    "QUERY_TOO_OLD",
+    "Call",
+    "ErrorAnswer",
+    "FakeBotAPI",
+    "FakeBotAPIControl",
+    "Fault",
+    "FaultKind",
+    "SentMessage",
+    "UploadedFile",
+    "WebhookState",
+    "main",
+]
 
-NOT_MODIFIED = (
-    "Bad Request: message is not modified: specified new message content and reply markup are "
-    "exactly the same as a current content and reply markup of the message"
-)
 EDIT_NOT_FOUND = "Bad Request: message to edit not found"
 
 # Fields whose values are strings even when they look like JSON ("123", "true").
@@ -153,19 +194,52 @@ class WebhookState:
     dropped_updates: int = 0
 
 
-@dataclass(slots=True)
-class _Fault:
-    status: int
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """An error the fake answered instead of a result.
+
+    Attributes:
+        call: the call it answered.
+        error_code: the HTTP status and ``error_code``.
+        description: the ``description``.
+        parameters: the ``ResponseParameters`` sent (``retry_after``,
+            ``migrate_to_chat_id``), or ``None``.
+        source: ``"fault"`` (injected), ``"limits"`` (flood limits enforced) or ``"api"``
+            (the fake's own checks: not modified, message not found, ...).
+    """
+
+    call: Call
+    error_code: int
     description: str
-    retry_after: int | None
+    parameters: dict[str, Any] | None
+    source: str
+
+
+@dataclass(slots=True)
+class _Active:
+    """An injected fault and how many more calls it hits (``None``: until cleared)."""
+
+    fault: Fault
+    left: int | None
 
 
 class _APIError(Exception):
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        description: str,
+        retry_after: int | None = None,
+        *,
+        parameters: dict[str, Any] | None = None,
+        source: str = "api",
+    ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
-        self.retry_after = retry_after
+        if retry_after is not None:
+            parameters = {**(parameters or {}), "retry_after": retry_after}
+        self.parameters = parameters
+        self.source = source
 
 
 def _chat_key(value: Any) -> int | str:
@@ -179,6 +253,44 @@ def _chat_key(value: Any) -> int | str:
         except ValueError:
             return value
     raise _APIError(400, "Bad Request: chat_id is empty")
+
+
+def _chat_of(params: Params) -> int | str | None:
+    """The chat a call addresses, or ``None`` (no or unusable ``chat_id``)."""
+    try:
+        return _chat_key(params["chat_id"]) if "chat_id" in params else None
+    except _APIError:
+        return None
+
+
+def _fail_next_fault(
+    method: str, status: int, retry_after: int, description: str | None, times: int
+) -> Fault:
+    """`FakeBotAPI.fail_next`'s fault (shared with `FakeBotAPIControl.fail_next`)."""
+    if times < 1:
+        raise ValueError("times must be >= 1")
+    if status == 429:
+        fault = Fault.retry_after(retry_after, method=method, times=times)
+        if description is not None:
+            fault = Fault.error(
+                429, description, method=method, times=times, parameters=fault.parameters
+            )
+        return fault
+    return Fault.error(status, description, method=method, times=times)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, UploadedFile):
+        return {
+            "filename": value.filename,
+            "content_type": value.content_type,
+            "size": len(value.data),
+        }
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def _decode(name: str, value: str) -> Any:
@@ -212,9 +324,22 @@ def _normalize_markup(markup: Any) -> dict[str, Any] | None:
 class FakeBotAPI(LoopbackServer):
     """Loopback stand-in for ``https://api.telegram.org`` (Bot API "Making requests").
 
-    ``bot_first_name``/``bot_username`` shape the ``getMe`` user (the id is the number before
-    ``:`` in each token; defaults match the shipped fixtures). ``long_poll_cap`` bounds, in
-    seconds, how long ``getUpdates`` waits for an update whatever ``timeout`` the client asked.
+    Args:
+        bot_first_name, bot_username: the ``getMe`` user (the id is the number before
+            ``:`` in each token; defaults match the shipped fixtures).
+        long_poll_cap: seconds ``getUpdates`` waits at most for an update, whatever
+            ``timeout`` the client asked.
+        limits: flood limits to enforce (`telegram_idem.flood.Limits`), or ``None`` (the
+            default: no limits). A call over them is answered 429 ``"Too Many Requests:
+            retry after N"`` with ``parameters.retry_after`` = N, the wait in seconds
+            rounded up, and spends nothing. Limits are checked first: a call within them
+            spends its budgets even when an injected fault then hits it, and a call over
+            them uses up no fault. Method names are read as the Bot API spells them
+            (``sendMessage``).
+        callback_answer_window: seconds after a callback query was queued
+            (`queue_update`) within which ``answerCallbackQuery`` succeeds; later it is
+            answered 400 "query is too old" (Telegram's window is about 15 s). ``None``
+            (the default): no window.
     """
 
     def __init__(
@@ -223,21 +348,32 @@ class FakeBotAPI(LoopbackServer):
         bot_first_name: str = "Blog Bot",
         bot_username: str = "example_blog_bot",
         long_poll_cap: float = 1.0,
+        limits: Limits | None = None,
+        callback_answer_window: float | None = None,
     ) -> None:
         super().__init__()
         self.bot_first_name = bot_first_name
         self.bot_username = bot_username
         self.long_poll_cap = long_poll_cap
+        self.limits = limits
+        self.callback_answer_window = callback_answer_window
         self.calls: list[Call] = []
         self.unknown_methods: list[str] = []
         self.webhook = WebhookState()
+        self.errors: list[ErrorAnswer] = []
+        """Every error answer, in order (injected, enforced limits, the fake's checks)."""
+        self.dropped: list[Call] = []
+        """Calls whose connection a ``drop`` fault closed without an answer."""
+        self._sent: list[tuple[int | str, int, str]] = []
+        self._tats: dict[str, float] = {}
+        self._callbacks_queued: dict[str, float] = {}
         self._messages: dict[tuple[int | str, int], SentMessage] = {}
         self._chats: dict[int | str, dict[str, Any]] = {}
         self._next_message_id = 1
         self._updates: list[dict[str, Any]] = []
         self._updates_changed = asyncio.Event()
         self._answered: list[str] = []
-        self._faults: dict[str, deque[_Fault]] = {}
+        self._faults: list[_Active] = []
         self._results: dict[str, ResultFactory] = {}
         self._closing = asyncio.Event()
         self._handlers: dict[str, Callable[[str, Params], Awaitable[Any]]] = {
@@ -258,6 +394,9 @@ class FakeBotAPI(LoopbackServer):
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_post("/_fake/faults", self._control_inject)
+        app.router.add_delete("/_fake/faults", self._control_clear)
+        app.router.add_get("/_fake/state", self._control_state)
         self._closing.clear()
         return app
 
@@ -286,6 +425,9 @@ class FakeBotAPI(LoopbackServer):
         for value in stored.values():
             if isinstance(value, dict):
                 self._learn(value)
+        query = stored.get("callback_query")
+        if isinstance(query, dict) and query.get("id") is not None:
+            self._callbacks_queued.setdefault(str(query["id"]), time.monotonic())
         self._updates.append(stored)
         self._wake_pollers()
 
@@ -322,17 +464,35 @@ class FakeBotAPI(LoopbackServer):
         ``parameters.retry_after`` = ``retry_after`` seconds (aiogram raises
         ``TelegramRetryAfter``). Other statuses carry ``description`` or the HTTP reason
         phrase and no ``parameters``. The failed call is still recorded in `calls`.
+        Shorthand for `inject` with `Fault.retry_after` / `Fault.error`. Raises
+        `ValueError` for ``times`` < 1.
         """
-        if times < 1:
-            raise ValueError("times must be >= 1")
-        if description is None:
-            if status == 429:
-                description = f"Too Many Requests: retry after {retry_after}"
-            else:
-                description = HTTPStatus(status).phrase
-        fault = _Fault(status, description, retry_after if status == 429 else None)
-        queue = self._faults.setdefault(method.lower(), deque())
-        queue.extend(fault for _ in range(times))
+        self.inject(_fail_next_fault(method, status, retry_after, description, times))
+
+    def inject(self, fault: Fault) -> None:
+        """Add ``fault``: the calls it hits (its method, its chat, or every call) get it
+        instead of their answer until it is used up (``fault.times``) or cleared. When
+        several faults hit a call, the oldest answers it (and only it is used)."""
+        self._faults.append(_Active(fault, fault.times))
+
+    def clear_faults(self, *, method: str | None = None, chat_id: int | str | None = None) -> int:
+        """Remove the injected faults for ``method`` and/or ``chat_id`` (each ``None``:
+        any); returns how many were removed. ``clear_faults()`` removes them all."""
+
+        def removed(active: _Active) -> bool:
+            fault = active.fault
+            if method is not None and (fault.method or "").lower() != method.lower():
+                return False
+            return chat_id is None or str(fault.chat_id) == str(chat_id)
+
+        before = len(self._faults)
+        self._faults = [a for a in self._faults if not removed(a)]
+        return before - len(self._faults)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The faults still active, oldest first, ``times`` as many as they have left."""
+        return [dataclasses.replace(a.fault, times=a.left) for a in self._faults]
 
     def set_result(self, method: str, result: Any) -> None:
         """Answer ``method`` with ``result``, or ``result(params)`` if callable.
@@ -371,6 +531,89 @@ class FakeBotAPI(LoopbackServer):
         """Queued updates not yet confirmed by a ``getUpdates`` offset."""
         return list(self._updates)
 
+    def sent_texts(self, chat_id: int | str) -> list[str]:
+        """Texts of every message ``sendMessage`` stored for ``chat_id``, in sending
+        order, as sent (later edits and deletes do not change them; a call a fault
+        dropped after it took effect counts, as on Telegram)."""
+        key = _chat_key(chat_id)
+        return [text for chat, _, text in self._sent if str(chat) == str(key)]
+
+    @property
+    def limit_429s(self) -> int:
+        """How many calls the enforced flood limits answered 429."""
+        return sum(1 for e in self.errors if e.source == "limits")
+
+    def assert_sent_once(self, chat_id: int | str, text: str) -> None:
+        """``text`` was sent to ``chat_id`` exactly once.
+
+        Raises:
+            AssertionError: it was sent 0 or several times (the message lists what was).
+        """
+        check_sent_once(self.sent_texts(chat_id), chat_id, text)
+
+    def assert_no_repeated_text(self, chat_id: int | str) -> None:
+        """No text was sent twice to ``chat_id``.
+
+        Raises:
+            AssertionError: some text was (named, with everything sent to the chat).
+        """
+        check_no_repeated_text(self.sent_texts(chat_id), chat_id)
+
+    def assert_no_429(self) -> None:
+        """No call was answered 429, injected or by the enforced limits.
+
+        Raises:
+            AssertionError: some were (each listed: method, chat, retry_after, source).
+        """
+        check_no_429(
+            [
+                _describe_429(e.call.method, e.call.params, e.parameters, e.source)
+                for e in self.errors
+                if e.error_code == 429
+            ]
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Everything recorded, as JSON (what ``GET /_fake/state`` answers): ``calls``,
+        ``messages`` (current state), ``sent`` (``[chat_id, message_id, text]`` as sent),
+        ``errors``, ``dropped`` (indexes into ``calls``), ``answered_callback_ids``,
+        ``faults`` and ``limit_429s``."""
+        index = {id(c): i for i, c in enumerate(self.calls)}
+        return {
+            "calls": [
+                {"method": c.method, "params": _jsonable(c.params), "at": c.at, "token": c.token}
+                for c in self.calls
+            ],
+            "messages": [
+                {
+                    "chat_id": m.chat_id,
+                    "message_id": m.message_id,
+                    "text": m.text,
+                    "reply_markup": m.reply_markup,
+                    "edits": m.edits,
+                    "deleted": m.deleted,
+                }
+                for m in sorted(self._messages.values(), key=lambda m: m.message_id)
+            ],
+            "sent": [[chat, mid, text] for chat, mid, text in self._sent],
+            "errors": [
+                {
+                    "call": index.get(id(e.call)),
+                    "method": e.call.method,
+                    "chat_id": _jsonable(e.call.params.get("chat_id")),
+                    "error_code": e.error_code,
+                    "description": e.description,
+                    "parameters": e.parameters,
+                    "source": e.source,
+                }
+                for e in self.errors
+            ],
+            "dropped": [index.get(id(c)) for c in self.dropped],
+            "answered_callback_ids": list(self._answered),
+            "faults": [f.to_json() for f in self.faults],
+            "limit_429s": self.limit_429s,
+        }
+
     # ----------------------------------------------------------------- HTTP plumbing
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -380,24 +623,94 @@ class FakeBotAPI(LoopbackServer):
             params = await self._read_params(request)
         except _APIError as err:
             return self._error(err)
-        self.calls.append(Call(method, params, time.monotonic(), token))
+        call = Call(method, params, time.monotonic(), token)
+        self.calls.append(call)
         try:
             bot_id = self._bot_id(token)
-            faults = self._faults.get(method.lower())
-            if faults:
-                fault = faults.popleft()
-                raise _APIError(fault.status, fault.description, fault.retry_after)
-            handler = self._handlers.get(method.lower())
-            if handler is not None:
-                result = await handler(str(bot_id), params)
-            elif (factory := self._results.get(method.lower())) is not None:
-                result = factory(params)
-            else:
-                self.unknown_methods.append(method)
-                result = True
+            self._spend(bot_id, method, params)
+            fault = self._take_fault(method, _chat_of(params))
+            if fault is not None and not fault.applied:
+                if fault.kind is not FaultKind.SLOW:
+                    return self._fault_answer(fault, call, request)
+                await asyncio.sleep(fault.delay)  # late, then it takes effect
+            result = await self._run(bot_id, method, params)
+            if fault is not None and fault.applied:
+                if fault.kind is not FaultKind.SLOW:
+                    return self._fault_answer(fault, call, request)
+                await asyncio.sleep(fault.delay)  # took effect, answers late
         except _APIError as err:
-            return self._error(err)
+            return self._error(err, call)
         return web.json_response({"ok": True, "result": result})
+
+    async def _run(self, bot_id: int, method: str, params: Params) -> Any:
+        handler = self._handlers.get(method.lower())
+        if handler is not None:
+            return await handler(str(bot_id), params)
+        if (factory := self._results.get(method.lower())) is not None:
+            return factory(params)
+        self.unknown_methods.append(method)
+        return True
+
+    def _spend(self, bot_id: int, method: str, params: Params) -> None:
+        """Reserve the call in the enforced flood budgets; raises the 429 when over."""
+        if self.limits is None:
+            return
+        buckets = buckets_for(method, params, limits=self.limits, key=lambda s: f"{bot_id}:{s}")
+        now = time.monotonic()
+        wait, new = decide([self._tats.get(b.key) for b in buckets], buckets, now)
+        if wait > 0:
+            seconds = max(1, math.ceil(wait))
+            raise _APIError(
+                429, f"Too Many Requests: retry after {seconds}", seconds, source="limits"
+            )
+        for bucket, tat in zip(buckets, new, strict=True):
+            self._tats[bucket.key] = tat
+
+    def _take_fault(self, method: str, chat: int | str | None) -> Fault | None:
+        """The oldest active fault that hits this call, one use spent."""
+        for active in self._faults:
+            if active.fault.hits(method, chat):
+                if active.left is not None:
+                    active.left -= 1
+                    if active.left <= 0:
+                        self._faults.remove(active)
+                return active.fault
+        return None
+
+    def _fault_answer(self, fault: Fault, call: Call, request: web.Request) -> web.Response:
+        """An error fault's answer, or a drop's closed connection."""
+        if fault.kind is FaultKind.DROP:
+            self.dropped.append(call)
+            if request.transport is not None:
+                request.transport.abort()  # no answer: the client sees a disconnect
+            return web.Response(status=204)  # never reaches the client
+        err = _APIError(
+            fault.status, fault.description, parameters=fault.parameters, source="fault"
+        )
+        return self._error(err, call)
+
+    # ----------------------------------------------------------------- control endpoint
+
+    async def _control_inject(self, request: web.Request) -> web.Response:
+        try:
+            data = await request.json()
+            if not isinstance(data, dict):
+                raise ValueError("a fault is a JSON object")
+            fault = Fault.from_json(data)
+        except ValueError as exc:
+            return web.json_response({"ok": False, "description": str(exc)}, status=400)
+        self.inject(fault)
+        return web.json_response({"ok": True})
+
+    async def _control_clear(self, request: web.Request) -> web.Response:
+        chat: int | str | None = request.query.get("chat_id")
+        if isinstance(chat, str) and chat.lstrip("-").isdigit():
+            chat = int(chat)
+        removed = self.clear_faults(method=request.query.get("method"), chat_id=chat)
+        return web.json_response({"ok": True, "removed": removed})
+
+    async def _control_state(self, request: web.Request) -> web.Response:
+        return web.json_response(self.state())
 
     @staticmethod
     async def _read_params(request: web.Request) -> Params:
@@ -423,15 +736,18 @@ class FakeBotAPI(LoopbackServer):
                 params[name] = value
         return params
 
-    @staticmethod
-    def _error(err: _APIError) -> web.Response:
+    def _error(self, err: _APIError, call: Call | None = None) -> web.Response:
         body: dict[str, Any] = {
             "ok": False,
             "error_code": err.status,
             "description": err.description,
         }
-        if err.retry_after is not None:
-            body["parameters"] = {"retry_after": err.retry_after}
+        if err.parameters:
+            body["parameters"] = dict(err.parameters)
+        if call is not None:
+            self.errors.append(
+                ErrorAnswer(call, err.status, err.description, err.parameters, err.source)
+            )
         return web.json_response(body, status=err.status)
 
     @staticmethod
@@ -484,10 +800,11 @@ class FakeBotAPI(LoopbackServer):
     async def _answer_callback_query(self, bot_id: str, params: Params) -> Any:
         query_id = params.get("callback_query_id")
         if not query_id:
-            raise _APIError(
-                400,
-                "Bad Request: query is too old and response timeout expired or query ID is invalid",
-            )
+            raise _APIError(400, QUERY_TOO_OLD)
+        queued = self._callbacks_queued.get(str(query_id))
+        window = self.callback_answer_window
+        if window is not None and queued is not None and time.monotonic() - queued > window:
+            raise _APIError(400, QUERY_TOO_OLD)
         self._answered.append(str(query_id))
         return True
 
@@ -529,6 +846,7 @@ class FakeBotAPI(LoopbackServer):
             entities=params.get("entities"),
             message=message,
         )
+        self._sent.append((key, message["message_id"], text))
         return message
 
     def _target(self, params: Params) -> SentMessage | None:
@@ -653,6 +971,105 @@ class FakeBotAPI(LoopbackServer):
         return copy.deepcopy(self._updates[:limit])
 
 
+def _describe_429(
+    method: str, params: Mapping[str, Any], parameters: Mapping[str, Any] | None, source: str
+) -> str:
+    chat = params.get("chat_id")
+    where = f" to chat {chat}" if chat is not None else ""
+    wait = (parameters or {}).get("retry_after")
+    return f"{method}{where} (retry_after {wait}, {source})"
+
+
+# --------------------------------------------------------------------- control client
+
+
+class FakeBotAPIControl:
+    """Control a `FakeBotAPI` served by another process (or this one) over HTTP: the same
+    faults, state and assertions as the fake's own methods, through its ``/_fake/``
+    endpoints. Each method is one request (a new ``aiohttp`` session; no lifecycle).
+
+    Args:
+        url: the fake's base URL (``FakeBotAPI.url``, or what the CLI printed).
+
+    Every method raises ``aiohttp.ClientError`` when the fake cannot be reached, and
+    `RuntimeError` when it refuses the request (the fault it answered is in the text).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    async def _request(self, verb: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.request(verb, self.url + path, **kwargs) as response:
+                body = await response.json()
+        if not isinstance(body, dict) or response.status != 200:
+            raise RuntimeError(f"{verb} {path} refused ({response.status}): {body}")
+        return body
+
+    async def inject(self, fault: Fault) -> None:
+        """`FakeBotAPI.inject` over HTTP (``POST /_fake/faults``)."""
+        await self._request("POST", "/_fake/faults", json=fault.to_json())
+
+    async def fail_next(
+        self,
+        method: str,
+        status: int = 429,
+        retry_after: int = 1,
+        *,
+        description: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """`FakeBotAPI.fail_next` over HTTP. Raises `ValueError` for ``times`` < 1."""
+        await self.inject(_fail_next_fault(method, status, retry_after, description, times))
+
+    async def clear_faults(
+        self, *, method: str | None = None, chat_id: int | str | None = None
+    ) -> int:
+        """`FakeBotAPI.clear_faults` over HTTP; returns how many were removed."""
+        query = {k: str(v) for k, v in (("method", method), ("chat_id", chat_id)) if v is not None}
+        body = await self._request("DELETE", "/_fake/faults", params=query)
+        return int(body["removed"])
+
+    async def state(self) -> dict[str, Any]:
+        """`FakeBotAPI.state`: everything the fake recorded, as JSON."""
+        return await self._request("GET", "/_fake/state")
+
+    async def calls(self, method: str | None = None) -> list[dict[str, Any]]:
+        """Recorded calls (``method``, ``params``, ``at``, ``token``), of ``method`` only
+        when given (case-insensitive)."""
+        calls: list[dict[str, Any]] = (await self.state())["calls"]
+        return [c for c in calls if method is None or c["method"].lower() == method.lower()]
+
+    async def sent_texts(self, chat_id: int | str) -> list[str]:
+        """`FakeBotAPI.sent_texts` over HTTP."""
+        return _texts_for((await self.state())["sent"], chat_id)
+
+    async def assert_sent_once(self, chat_id: int | str, text: str) -> None:
+        """`FakeBotAPI.assert_sent_once`. Raises `AssertionError` as it does."""
+        check_sent_once(await self.sent_texts(chat_id), chat_id, text)
+
+    async def assert_no_repeated_text(self, chat_id: int | str) -> None:
+        """`FakeBotAPI.assert_no_repeated_text`. Raises `AssertionError` as it does."""
+        check_no_repeated_text(await self.sent_texts(chat_id), chat_id)
+
+    async def assert_no_429(self) -> None:
+        """`FakeBotAPI.assert_no_429`. Raises `AssertionError` as it does."""
+        errors = (await self.state())["errors"]
+        check_no_429(
+            [
+                _describe_429(e["method"], {"chat_id": e["chat_id"]}, e["parameters"], e["source"])
+                for e in errors
+                if e["error_code"] == 429
+            ]
+        )
+
+
+def _texts_for(sent: list[list[Any]], chat_id: int | str) -> list[str]:
+    return [str(text) for chat, _, text in sent if str(chat) == str(chat_id)]
+
+
 # --------------------------------------------------------------------- entry point
 
 
@@ -672,6 +1089,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="longest getUpdates wait, seconds, whatever timeout the client asks (1.0)",
+    )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="enforce Telegram's flood limits (telegram_idem.flood.Limits()): 429 when over",
     )
     parser.add_argument(
         "--updates",
@@ -709,6 +1131,7 @@ async def _serve(args: argparse.Namespace, updates: list[dict[str, Any]]) -> Non
         bot_first_name=args.bot_first_name,
         bot_username=args.bot_username,
         long_poll_cap=args.long_poll_cap,
+        limits=Limits() if args.limits else None,
     )
     for update in updates:
         fake.queue_update(update)
