@@ -16,15 +16,24 @@ from telegram import (
     InputFile,
     InputMediaPhoto,
     Message,
+    Update,
 )
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
-from telegram.ext import Application, ApplicationBuilder
+from telegram.ext import Application, ApplicationBuilder, MessageHandler, filters
 
-from telegram_idem.adapters.ptb import FloodRateLimiter, request_params, to_ptb_error
+from telegram_idem import Idem
+from telegram_idem.adapters.ptb import (
+    FloodRateLimiter,
+    IdempotentUpdateProcessor,
+    OutboxRateLimiter,
+    request_params,
+    to_ptb_error,
+)
+from telegram_idem.adapters.ptb import idempotent as ptb_idempotent
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.errors import ChatParkedError, SendFailedError
+from telegram_idem.errors import ChatParkedError, SendFailedError, UnknownOutcomeError
 from telegram_idem.flood import FloodControl, Limits, Rate
-from telegram_idem.outbox import FileRef, encode_params
+from telegram_idem.outbox import CallStatus, FileRef, Outbound, encode_params
 from telegram_idem.testing.bot_api import FakeBotAPI
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
@@ -146,3 +155,81 @@ async def test_one_chat_is_paced_by_its_budget(api: FakeBotAPI) -> None:
     times = [c.at for c in api.calls_of("sendMessage")]
     assert times[-1] - times[0] >= 0.35  # 5 messages: 4 intervals of 0.1 s
     assert api.answered_callback_ids() == ["q1"]
+
+
+# ----------------------------------------------------------------- through the outbox
+
+
+def message_update(update_id: int) -> dict[str, Any]:
+    user = {"id": CHAT, "is_bot": False, "first_name": "U"}
+    chat = {"id": CHAT, "type": "private", "first_name": "U"}
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 1700000000,
+            "chat": chat,
+            "from": user,
+            "text": "hello",
+        },
+    }
+
+
+async def run_outboxed(api: FakeBotAPI, handler: Any, *updates: dict[str, Any]) -> MemoryStore:
+    """A PTB application guarded by the processor, its calls through the outbox; each
+    update fed in turn (a handler error is PTB's: logged, the update released)."""
+    store = MemoryStore()
+    idem = Idem(store, heartbeat=False)
+    async with Outbound.for_store(store, token=TOKEN, base_url=api.url) as outbound:
+        app: App = (
+            ApplicationBuilder()
+            .token(TOKEN)
+            .base_url(api.ptb_base_url)
+            .concurrent_updates(IdempotentUpdateProcessor(idem, 1))
+            .rate_limiter(OutboxRateLimiter(outbound, wait=10.0))
+            .build()
+        )
+        app.add_handler(MessageHandler(filters.TEXT, handler))
+        app.add_error_handler(lambda update, context: asyncio.sleep(0))
+        async with app:
+            await app.start()  # the processor runs what the update queue feeds
+            for update in updates:
+                await app.update_queue.put(Update.de_json(update, app.bot))
+                await app.update_queue.join()
+            await app.stop()
+    return store
+
+
+async def test_reply_text_in_an_action_is_sent_once_and_is_a_message(api: FakeBotAPI) -> None:
+    sent: list[Message] = []
+
+    @ptb_idempotent(key="reply:{message.message_id}")
+    async def reply(update: Update, context: Any) -> None:
+        assert update.message is not None
+        sent.append(await update.message.reply_text("hi"))
+        if len(sent) == 1:
+            raise RuntimeError("crashed after the send")  # released: runs again
+
+    store = await run_outboxed(api, reply, message_update(1), message_update(1))
+    assert len(api.calls_of("sendMessage")) == 1
+    assert len(sent) == 2 and sent[0].message_id == sent[1].message_id
+    assert sent[0].message_id == api.messages(CHAT)[0].message_id
+    assert (await store.outbox().counts()).get(CallStatus.DELIVERED) == 1
+
+
+async def test_an_ambiguous_send_is_held_and_never_sent_again(api: FakeBotAPI) -> None:
+    errors: list[BaseException] = []
+
+    @ptb_idempotent(key="reply:{message.message_id}")
+    async def reply(update: Update, context: Any) -> None:
+        assert update.message is not None
+        try:
+            await update.message.reply_text("hi")
+        except UnknownOutcomeError as exc:
+            errors.append(exc)
+            raise
+
+    api.fail_next("sendMessage", 502)
+    store = await run_outboxed(api, reply, message_update(1), message_update(1))
+    assert len(errors) == 2 and len(api.calls_of("sendMessage")) == 1
+    assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
