@@ -25,8 +25,10 @@ under its **effect key**. The rules every store keeps (the conformance suite
   the entry and every pending entry of that chat become ``PARKED``, and later enqueues to
   it are stored ``PARKED``, until ``unpark``;
 - **retention**: a delivered or superseded entry is kept ``retention`` seconds after it
-  settled (replays of its key answer from it), then may be deleted; pending, in-flight,
-  unknown, dead and parked entries are never deleted by time.
+  settled (replays of its key answer from it); then it is gone: ``get`` answers ``None``
+  and an enqueue of its key stores a new call (a store may delete the row then or later,
+  but never shows it again). Pending, in-flight, unknown, dead and parked entries are
+  never deleted by time.
 
 Times are seconds since the epoch on the store's clock.
 """

@@ -21,6 +21,7 @@ import pytest
 
 from telegram_idem import ConfigurationError, ManualClock
 from telegram_idem.backends.sqlite import SQLiteOutbox, SQLiteStore
+from telegram_idem.flood import Bucket
 from telegram_idem.outbox import AmbiguousPolicy, CallStatus, NewCall, encode_params
 
 pytestmark = pytest.mark.sqlite
@@ -185,6 +186,46 @@ async def test_enqueue_in_never_commits_the_callers_transaction(
     await bot_db.execute("INSERT INTO posts (title) VALUES ('after')")
     await bot_db.rollback()
     assert await outbox.get(call("first").key) is None
+
+
+async def test_enqueue_in_issues_no_transaction_statement_on_the_bots_connection(
+    store: SQLiteStore, outbox: SQLiteOutbox
+) -> None:
+    conn = sqlite3.connect(store.path)
+    try:
+        conn.execute(BUSINESS)
+        conn.execute("INSERT INTO posts (title) VALUES ('hello')")  # the bot's transaction
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        await outbox.enqueue_in(conn, call("a", collapse="c"))
+        await outbox.enqueue_in(conn, call("b", collapse="c"))
+        await outbox.enqueue_in(conn, call("a"))
+        conn.set_trace_callback(None)
+        assert conn.in_transaction
+        words = {sql.split()[0].upper() for sql in seen}
+        assert words <= {"PRAGMA", "WITH", "DELETE", "SELECT", "UPDATE"}, seen
+        conn.rollback()
+    finally:
+        conn.close()
+    assert await outbox.counts() == {}
+
+
+async def test_each_outbox_and_budget_primitive_is_one_immediate_transaction(
+    store: SQLiteStore, outbox: SQLiteOutbox
+) -> None:
+    seen: list[str] = []
+    await store.connection.run(lambda c: c.set_trace_callback(seen.append))
+    budget = store.flood_budget()
+    await outbox.enqueue(call("a"))
+    taken = await outbox.take(bot_id=BOT, lease=LEASE)
+    assert taken is not None
+    assert await outbox.deliver(taken, result=b"true")
+    await budget.reserve([Bucket("idem:1:f:x", 1.0, 2.0), Bucket("idem:1:f:y", 1.0, 2.0)])
+    await budget.pause("idem:1:f:gate", 5.0)
+    await store.connection.run(lambda c: c.set_trace_callback(None))
+    edges = [sql for sql in seen if sql in ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")]
+    assert edges == ["BEGIN IMMEDIATE", "COMMIT"] * 5, seen
+    assert seen[0] == "BEGIN IMMEDIATE" and seen[-1] == "COMMIT"
 
 
 async def test_a_duplicate_key_in_a_second_transaction_returns_the_first_entry(

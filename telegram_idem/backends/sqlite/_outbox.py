@@ -47,6 +47,8 @@ _LEASE = (
     "UPDATE idem_outbox SET status = 'in_flight', attempts = attempts + 1, token = token + 1, "
     f"lease_expires_at = :now + :lease WHERE key = :key RETURNING {COLUMNS}"
 )
+# A delivered or superseded entry past its retention is gone, deleted yet or not.
+_KEPT = "(expires_at IS NULL OR expires_at > :now)"
 _HELD = "key = :key AND token = :token AND status = 'in_flight'"
 _PURGE = (
     "DELETE FROM idem_outbox WHERE seq IN "
@@ -80,7 +82,14 @@ class SQLiteOutbox(Outbox):
 
     async def _read(self, op: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         db = self._db
-        return await db.call(op, lambda: db.run(lambda c: c.execute(sql, params).fetchall()))
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                sql, {**params, "now": db.clock()}
+            ).fetchall()
+            return rows
+
+        return await db.call(op, lambda: db.run(read))
 
     async def enqueue(self, call: NewCall) -> tuple[OutboxEntry, bool]:
         def body(conn: sqlite3.Connection, now: float) -> tuple[OutboxEntry, bool]:
@@ -259,7 +268,7 @@ class SQLiteOutbox(Outbox):
 
     async def get(self, key: str) -> OutboxEntry | None:
         rows = await self._read(
-            "get", f"SELECT {COLUMNS} FROM idem_outbox WHERE key = :key", {"key": key}
+            "get", f"SELECT {COLUMNS} FROM idem_outbox WHERE key = :key AND {_KEPT}", {"key": key}
         )
         return entry_of(rows[0]) if rows else None
 
@@ -267,7 +276,7 @@ class SQLiteOutbox(Outbox):
         self, *, status: CallStatus, bot_id: int | None = None, limit: int = 100
     ) -> list[OutboxEntry]:
         sql = (
-            f"SELECT {COLUMNS} FROM idem_outbox WHERE status = :status "
+            f"SELECT {COLUMNS} FROM idem_outbox WHERE status = :status AND {_KEPT} "
             "AND (:bot_id IS NULL OR bot_id = :bot_id) ORDER BY seq LIMIT :limit"
         )
         args = {"status": CallStatus(status).value, "bot_id": bot_id, "limit": limit}
@@ -324,8 +333,8 @@ class SQLiteOutbox(Outbox):
 
     async def counts(self, *, bot_id: int | None = None) -> dict[CallStatus, int]:
         sql = (
-            "SELECT status, COUNT(*) FROM idem_outbox "
-            "WHERE :bot_id IS NULL OR bot_id = :bot_id GROUP BY status"
+            f"SELECT status, COUNT(*) FROM idem_outbox WHERE {_KEPT} "
+            "AND (:bot_id IS NULL OR bot_id = :bot_id) GROUP BY status"
         )
         rows = await self._read("counts", sql, {"bot_id": bot_id})
         return {CallStatus(status): n for status, n in rows}
