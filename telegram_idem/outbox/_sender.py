@@ -95,6 +95,7 @@ class Outbound:
         retention: seconds a delivered call is remembered (replays answer from it).
         lease: seconds a relay holds a call it is sending.
         relay: the relay that sends (default: one made from the above).
+        owns_api: close ``api`` (an :class:`HttpBotAPI`) when this object closes.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class Outbound:
         retention: float = 7 * 24 * 3600.0,
         lease: float = 30.0,
         relay: Relay | None = None,
+        owns_api: bool = False,
     ) -> None:
         self.outbox = outbox
         self.api = api
@@ -120,7 +122,7 @@ class Outbound:
             if relay is not None
             else Relay(outbox, api, bot_id=bot_id, flood=flood, lease=lease)
         )
-        self._owned_api: HttpBotAPI | None = None
+        self._owns_api = owns_api
 
     def __repr__(self) -> str:
         return f"Outbound(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
@@ -159,9 +161,7 @@ class Outbound:
         outbox = _outbox_of(store)
         flood = FloodControl.for_store(store, bot_id=bot_id, limits=limits, keys=keys)
         api = HttpBotAPI(token, base_url=base_url)
-        out = cls(outbox, api, bot_id=bot_id, flood=flood, keys=keys)
-        out._owned_api = api
-        return out
+        return cls(outbox, api, bot_id=bot_id, flood=flood, keys=keys, owns_api=True)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -182,8 +182,8 @@ class Outbound:
     async def close(self) -> None:
         """Stop the relay and close the transport :meth:`for_store` made. Idempotent."""
         await self.relay.stop()
-        if self._owned_api is not None:
-            await self._owned_api.close()
+        if self._owns_api and isinstance(self.api, HttpBotAPI):
+            await self.api.close()
 
     # ------------------------------------------------------------------ calls
 

@@ -17,12 +17,12 @@ from outbox.outbox_support import (
     BOT_ID,
     TOKEN,
     ClockBudget,
-    DictOutbox,
     Reply,
     ScriptedAPI,
     error,
 )
 
+from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.events import DecisionEvent, subscribe
 from telegram_idem.flood import FloodControl, Limits, Rate
 from telegram_idem.outbox import (
@@ -30,6 +30,7 @@ from telegram_idem.outbox import (
     CallStatus,
     HttpBotAPI,
     NewCall,
+    Outbox,
     OutboxEntry,
     Relay,
     collapse_key,
@@ -61,14 +62,14 @@ async def http(scripted: ScriptedAPI) -> AsyncIterator[HttpBotAPI]:
         yield api
 
 
-def relay_of(outbox: DictOutbox, api: HttpBotAPI, **kw: Any) -> Relay:
+def relay_of(outbox: Outbox, api: HttpBotAPI, **kw: Any) -> Relay:
     kw.setdefault("backoff_base", 0.01)
     kw.setdefault("poll_interval", 0.02)
     return Relay(outbox, api, bot_id=BOT_ID, **kw)
 
 
 async def send_one(
-    outbox: DictOutbox, relay: Relay, method: str, params: dict[str, Any], **kw: Any
+    outbox: Outbox, relay: Relay, method: str, params: dict[str, Any], **kw: Any
 ) -> OutboxEntry:
     entry, _ = await outbox.enqueue(new_call("k", method, params, **kw))
     done = await relay.deliver_unit(entry.ordering_key, until_key="k")
@@ -77,7 +78,7 @@ async def send_one(
 
 
 async def test_delivered_records_the_result(scripted: ScriptedAPI, http: HttpBotAPI) -> None:
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     done = await send_one(
         outbox, relay_of(outbox, http), "sendMessage", {"chat_id": 1, "text": "a"}
     )
@@ -120,7 +121,7 @@ async def test_each_outcome_class_is_recorded(
     error_text: str | None,
 ) -> None:
     scripted.script(method, reply)
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     params = {"chat_id": 1, "message_id": 5, "text": "a", "callback_query_id": "q"}
     done = await send_one(outbox, relay_of(outbox, http), method, params)
     assert done.status == status
@@ -135,7 +136,7 @@ async def test_ambiguous_under_resend_is_sent_again(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
     scripted.script("sendMessage", Reply(drop=True), error(502, "Bad Gateway"))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     relay = relay_of(outbox, http)
     async with relay:
         await outbox.enqueue(
@@ -150,7 +151,7 @@ async def test_ambiguous_under_hold_is_never_sent_again(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
     scripted.script("sendMessage", Reply(drop=True))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     async with relay_of(outbox, http) as relay:
         await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}))
         relay.notify()
@@ -160,7 +161,7 @@ async def test_ambiguous_under_hold_is_never_sent_again(
 
 
 async def test_not_sent_retries_then_becomes_a_dead_letter(closed_port: int) -> None:
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     async with HttpBotAPI(TOKEN, base_url=f"http://127.0.0.1:{closed_port}") as api:
         async with relay_of(outbox, api, max_attempts=3) as relay:
             await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}))
@@ -178,7 +179,7 @@ async def test_a_429_pauses_every_relay_of_the_bot_and_is_not_a_failure(
         error(429, "Too Many Requests: retry after 0.4", retry_after=0.4),
         error(429, "Too Many Requests: retry after 0.1", retry_after=0.1),
     )
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     budget = ClockBudget(time.time)
     one = relay_of(
         outbox, http, flood=FloodControl(budget, bot_id=BOT_ID, limits=FAST), max_attempts=1
@@ -212,7 +213,7 @@ async def test_a_migrated_group_is_sent_to_its_supergroup(
             migrate_to_chat_id=-1001,
         ),
     )
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     done = await send_one(
         outbox, relay_of(outbox, http), "sendMessage", {"chat_id": -5, "text": "a"}
     )
@@ -224,7 +225,7 @@ async def test_a_blocked_chat_is_parked_and_so_are_its_later_calls(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
     scripted.script("sendMessage", error(403, "Forbidden: bot was blocked by the user"))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     relay = relay_of(outbox, http)
     await outbox.enqueue(new_call("a", "sendMessage", {"chat_id": 1, "text": "a"}))
     await outbox.enqueue(new_call("b", "sendMessage", {"chat_id": 1, "text": "b"}))
@@ -240,7 +241,7 @@ async def test_a_chat_keeps_its_order_under_retries(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
     scripted.script("sendMessage", Reply(drop=True), error(500, "Internal Server Error"))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     for text in "abc":
         await outbox.enqueue(
             new_call(text, "sendMessage", {"chat_id": 1, "text": text}, AmbiguousPolicy.RESEND)
@@ -254,7 +255,7 @@ async def test_a_chat_keeps_its_order_under_retries(
 async def test_two_relays_racing_on_one_chat_send_each_call_once(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     texts = [str(i) for i in range(12)]
     for text in texts:
         await outbox.enqueue(new_call(text, "sendMessage", {"chat_id": 1, "text": text}))
@@ -275,7 +276,7 @@ async def test_a_take_that_recorded_nothing(
 ) -> None:
     """A relay took the entry and died before recording (maybe after sending): after the
     lease, hold makes it unknown without calling the API; resend sends it."""
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     await outbox.enqueue(new_call("k", "sendMessage", {"chat_id": 1, "text": "a"}, policy))
     abandoned = await outbox.take(bot_id=BOT_ID, lease=0.05)
     assert abandoned is not None
@@ -288,7 +289,7 @@ async def test_a_take_that_recorded_nothing(
 async def test_a_poison_entry_whose_takes_never_record_is_buried(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     await outbox.enqueue(
         new_call("k", "editMessageText", {"chat_id": 1, "message_id": 1, "text": "a"})
     )
@@ -304,7 +305,7 @@ async def test_a_poison_entry_whose_takes_never_record_is_buried(
 
 async def test_outcomes_are_decision_events(scripted: ScriptedAPI, http: HttpBotAPI) -> None:
     scripted.script("sendMessage", error(400, "Bad Request: chat not found"))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     seen: list[DecisionEvent] = []
     relay = relay_of(outbox, http)
     with subscribe(seen.append):
@@ -323,7 +324,7 @@ async def test_the_token_is_never_logged_or_stored(
     caplog.set_level(logging.DEBUG)
     secret = TOKEN.partition(":")[2]
     scripted.script("sendMessage", Reply(drop=True), error(500, "Internal Server Error"))
-    outbox = DictOutbox()
+    outbox = MemoryStore().outbox()
     async with (
         HttpBotAPI(TOKEN, base_url=scripted.url) as good,
         HttpBotAPI(TOKEN, base_url=f"http://127.0.0.1:{closed_port}") as down,
@@ -336,14 +337,12 @@ async def test_the_token_is_never_logged_or_stored(
     assert len(caplog.records) >= 3
     logged = [r.getMessage() + repr(r.args) + str(r.exc_info) for r in caplog.records]
     assert not [line for line in logged if secret in line]
-    stored = [repr(e) for e in outbox.rows.values()]
+    stored = [repr(e) for s in CallStatus for e in await outbox.entries(status=s)]
     assert not [row for row in stored if secret in row]
     assert secret in scripted.tokens[0]  # the token did reach the API
 
 
-async def wait_for(
-    outbox: DictOutbox, key: str, status: CallStatus, limit: float = 5.0
-) -> OutboxEntry:
+async def wait_for(outbox: Outbox, key: str, status: CallStatus, limit: float = 5.0) -> OutboxEntry:
     async with asyncio.timeout(limit):
         while True:
             entry = await outbox.get(key)

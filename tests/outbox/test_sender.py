@@ -1,0 +1,161 @@
+"""Outbound.call against the fake Bot API on loopback, on the memory store: results,
+replays without sending, effect keys inside actions (stable under gather), latest-wins
+edits, each settled status as its error, a call of its own never waiting behind a chat."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from outbox.outbox_support import BOT_ID, TOKEN, ScriptedAPI, error
+
+from telegram_idem import Idem
+from telegram_idem.backends.memory import MemoryStore
+from telegram_idem.errors import (
+    ChatParkedError,
+    ConfigurationError,
+    DeliveryTimeoutError,
+    SendFailedError,
+    UnknownOutcomeError,
+)
+from telegram_idem.outbox import CallStatus, HttpBotAPI, Outbound
+from telegram_idem.testing.bot_api import FakeBotAPI
+
+
+def outbound_on(store: MemoryStore, url: str) -> Outbound:
+    return Outbound.for_store(store, token=TOKEN, base_url=url)
+
+
+async def test_a_call_returns_telegrams_result(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        message = await out.call("sendMessage", {"chat_id": 1, "text": "hi"}, key="greet")
+        again = await out.call("sendMessage", {"chat_id": 1, "text": "hi"}, key="greet")
+    assert message["text"] == "hi" and again == message
+    assert len(fake_api.calls_of("sendMessage")) == 1  # the replay sent nothing
+    assert out.bot_id == BOT_ID
+
+
+async def test_outside_an_action_without_a_key_nothing_is_stored(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        await out.call("sendMessage", {"chat_id": 1, "text": "a"})
+        await out.call("sendMessage", {"chat_id": 1, "text": "a"})
+    assert len(fake_api.calls_of("sendMessage")) == 2
+    assert await store.outbox().counts() in ({}, {CallStatus.DELIVERED: 0})
+
+
+async def test_an_action_retried_after_a_crash_sends_nothing_new(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    idem = Idem(store)
+    runs = 0
+    async with outbound_on(store, fake_api.url) as out:
+
+        async def action() -> Any:
+            nonlocal runs
+            runs += 1
+            first, second = ({"chat_id": 1, "text": "a"}, {"chat_id": 1, "text": "b"})
+            calls = [first, second] if runs == 1 else [second, first]  # reversed on retry
+            sent = await asyncio.gather(*(out.call("sendMessage", p) for p in calls))
+            if runs == 1:
+                raise RuntimeError("crash after sending")
+            return sorted(m["text"] for m in sent)
+
+        with pytest.raises(RuntimeError):
+            await idem.run("order:1", action)
+        assert await idem.run("order:1", action) == ["a", "b"]
+    assert sorted(c.params["text"] for c in fake_api.calls_of("sendMessage")) == ["a", "b"]
+
+
+async def test_a_superseded_edit_returns_the_newest_result(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    sent = fake_api.seed_message(
+        {"message_id": 7, "chat": {"id": 1, "type": "private"}, "text": "0", "date": 0}
+    )
+    out = outbound_on(store, fake_api.url)
+    keys = [  # enqueued before any relay runs: the first two are still pending
+        await out.call(
+            "editMessageText",
+            {"chat_id": 1, "message_id": 7, "text": str(i)},
+            key=f"e{i}",
+            wait=None,
+        )
+        for i in range(1, 4)
+    ]
+    async with out:
+        results = await asyncio.gather(*(out.result(k) for k in keys))
+    assert {r["text"] for r in results} == {"3"}
+    assert sent.text == "3" and len(fake_api.calls_of("editMessageText")) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "raised", "code"),
+    [
+        (error(400, "Bad Request: chat not found"), SendFailedError, 400),
+        (error(403, "Forbidden: bot was blocked by the user"), ChatParkedError, 403),
+        (error(500, "Internal Server Error"), UnknownOutcomeError, None),
+    ],
+)
+async def test_settled_statuses_are_errors(
+    scripted: ScriptedAPI, reply: Any, raised: type[Exception], code: int | None
+) -> None:
+    scripted.script("sendMessage", reply)
+    async with outbound_on(MemoryStore(), scripted.url) as out:
+        with pytest.raises(raised) as caught:
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k")
+    assert getattr(caught.value, "key", "").endswith(":o:k")
+    if code is not None:
+        assert isinstance(caught.value, SendFailedError) and caught.value.error_code == code
+
+
+async def test_not_delivered_within_wait_stays_queued(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    out = outbound_on(store, fake_api.url)
+    await out.call("sendMessage", {"chat_id": 1, "text": "first"}, key="a", wait=None)
+    held = await store.outbox().take(bot_id=BOT_ID, lease=60.0)  # in flight elsewhere
+    assert held is not None
+    with pytest.raises(DeliveryTimeoutError):
+        await out.call("sendMessage", {"chat_id": 1, "text": "second"}, key="b", wait=0.2)
+    entry = await store.outbox().get(out.keys.effect(BOT_ID, "b"))
+    assert entry is not None and entry.status is CallStatus.PENDING
+    await out.close()
+
+
+async def test_an_answer_never_waits_behind_a_busy_chat(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    out = outbound_on(store, fake_api.url)
+    await out.call("sendMessage", {"chat_id": 1, "text": "slow"}, key="a", wait=None)
+    assert await store.outbox().take(bot_id=BOT_ID, lease=60.0) is not None
+    started = time.monotonic()
+    answered = await out.call(
+        "answerCallbackQuery", {"callback_query_id": "q1"}, key="answer:q1", wait=2.0
+    )
+    assert answered is True and time.monotonic() - started < 1.0
+    assert fake_api.answered_callback_ids() == ["q1"]
+    await out.close()
+
+
+async def test_params_that_cannot_be_encoded_store_nothing(fake_api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        with pytest.raises(TypeError):
+            await out.call("sendDocument", {"chat_id": 1, "document": b"raw"}, key="k")
+    assert await store.outbox().get(out.keys.effect(BOT_ID, "k")) is None
+
+
+async def test_in_a_transaction_the_store_must_join_it(fake_api: FakeBotAPI) -> None:
+    async with outbound_on(MemoryStore(), fake_api.url) as out:
+        with pytest.raises(ConfigurationError):
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k", conn=object())
+
+
+def test_for_store_needs_an_outbox_and_a_bot_id() -> None:
+    with pytest.raises(ConfigurationError):
+        Outbound.for_store(object(), token=TOKEN)
+    with pytest.raises(ConfigurationError) as caught:
+        Outbound.for_store(MemoryStore(), token="no-id-here")
+    assert "no-id-here" not in str(caught.value)
+    out = Outbound.for_store(MemoryStore(), token=TOKEN, bot_id=9)
+    assert out.bot_id == 9 and isinstance(out.api, HttpBotAPI) and TOKEN not in repr(out.api)
