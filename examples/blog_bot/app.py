@@ -1,9 +1,15 @@
-"""Assembling the blog bot: store, guards, writer, publisher, aiogram, inbox and workers.
+"""Assembling the blog bot: store, guards, writer, publisher, aiogram, inbox, outbox.
 
-Webhook → :class:`~telegram_idem.ingress._webhook.WebhookIngress` (claim + inbox entry in
-one transaction, 200 in milliseconds) → :class:`~telegram_idem.inbox._worker.InboxWorker`
-(per-chat order, retries, dead letters) → aiogram ``Dispatcher`` → handlers behind the
-action guard, the chat lock and steps. ``poll`` uses getUpdates batches instead.
+Webhook → :class:`~telegram_idem.ingress.WebhookIngress` (claim + inbox entry in one
+transaction, 200 in milliseconds) → :class:`~telegram_idem.inbox.InboxWorker` (per-chat
+order, retries, dead letters) → aiogram ``Dispatcher`` → handlers behind the action
+guard, the chat lock and steps. ``poll`` uses getUpdates batches instead.
+
+Every Bot API call the handlers make goes through the outbox in the same store
+(:class:`~telegram_idem.outbox.Outbound`, installed as the aiogram session middleware):
+inside an action it is sent once per effect key, paced by flood control shared by every
+process; its relay runs for the app's life (started before the inbox workers, stopped
+after them), and sends what a crashed process left behind.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from telegram_idem import CallbackTokens, Idem
 from telegram_idem.adapters.aiogram import (
     FastAckWebhook,
     IdempotencyMiddleware,
+    OutboxSessionMiddleware,
     aiogram_get_updates,
     inbox_dispatch,
 )
 from telegram_idem.inbox import InboxWorker
 from telegram_idem.ingress import PollingIngress, WebhookIngress
+from telegram_idem.outbox import Outbound
 
 __all__ = ["BlogBot", "build_blog_bot"]
 
@@ -49,6 +57,7 @@ class BlogBot:
     dispatcher: Dispatcher
     ingress: WebhookIngress
     worker: InboxWorker
+    outbound: Outbound
 
     def web_app(self, *, path: str = "/webhook") -> web.Application:
         """An aiohttp app serving ``POST <path>`` and ``GET /healthz``; the workers run
@@ -61,10 +70,19 @@ class BlogBot:
         return app
 
     async def _on_startup(self, _app: web.Application) -> None:
-        self.worker.start()
+        self._start()
 
     async def _on_shutdown(self, _app: web.Application) -> None:
+        await self._stop()
+
+    def _start(self) -> None:
+        if not self.outbound.relay.running:
+            self.outbound.relay.start()  # before the workers: their calls need it
+        self.worker.start()
+
+    async def _stop(self) -> None:
         await self.worker.stop(grace=30)
+        await self.outbound.relay.stop()  # after the workers: their last calls go out
 
     def inline_webhook(self) -> FastAckWebhook:
         """A webhook that processes *before* answering, as the bot of docs/design/incident.md did (only
@@ -90,15 +108,17 @@ class BlogBot:
             bot_id=self.bot.id,
             on_admitted=self.worker.notify,
         )
-        self.worker.start()
+        self._start()
         try:
             await polling.run(stop)
         finally:
-            await self.worker.stop(grace=30)
+            await self._stop()
 
     async def close(self) -> None:
-        """Stop the workers (30 s grace), close the Bot session and the store."""
-        await self.worker.stop(grace=30)
+        """Stop the workers (30 s grace) and the relay, close the Bot session, the
+        outbound's transport and the store."""
+        await self._stop()
+        await self.outbound.close()
         await self.bot.session.close()
         await self.idem.close()
 
@@ -117,13 +137,21 @@ def build_blog_bot(
     """Wire the bot from ``settings``; ``writer``/``publisher``/``idem`` override them.
 
     Raises:
-        ConfigurationError: a bad store URL or webhook secret, or a store without inbox.
+        ConfigurationError: a bad store URL or webhook secret, or a store without inbox,
+            outbox or flood budget.
     """
     idem = idem or Idem(settings.store_url, lease=settings.lease)
     tokens = CallbackTokens(idem, settings.callback_secret)
     writer = writer or OfflineWriter(delay_scale=settings.writer_delay_scale)
     publisher = publisher or publisher_from_env(settings.publisher_env())
+    outbound = Outbound.for_store(
+        idem.store, token=settings.bot_token, base_url=settings.api_url, keys=idem.keys
+    )
+    # A call taken by a process that died is decided after this lease (policy hold:
+    # unknown, never sent again); the same lease as the bot's claims.
+    outbound.relay.lease = settings.lease
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.api_url))
+    session.middleware(OutboxSessionMiddleware(outbound))
     bot = Bot(settings.bot_token, session=session)
     dp = Dispatcher(
         writer=writer, publisher=publisher, lock_ttl=settings.lock_ttl, settings=settings
@@ -144,4 +172,4 @@ def build_blog_bot(
         secret_token=settings.webhook_secret_token(),
         on_admitted=worker.notify,
     )
-    return BlogBot(settings, idem, tokens, writer, publisher, bot, dp, ingress, worker)
+    return BlogBot(settings, idem, tokens, writer, publisher, bot, dp, ingress, worker, outbound)

@@ -24,7 +24,6 @@ from examples.blog_bot.content import (
     unpublish_changes,
 )
 from examples.blog_bot.publisher import Publisher
-from examples.blog_bot.telegram_calls import edit_text, with_retry_after
 from telegram_idem import CallbackTokenError, CallbackTokens, idempotent
 
 __all__ = ["PAGE_SIZE", "make_router"]
@@ -56,7 +55,11 @@ async def button_action(
     sha = await _change(publisher, slug, kind)
     done = "🗑️ Deleted" if kind == "delete" else "🙈 Unpublished (draft)"
     if query.message is not None:
-        await edit_text(bot, query.message.chat.id, query.message.message_id, f"{done}: {slug}")
+        await bot.edit_message_text(
+            text=f"{done}: {slug}",
+            chat_id=query.message.chat.id,
+            message_id=query.message.message_id,
+        )
     return {
         "slug": slug,
         "commit": sha,
@@ -79,7 +82,7 @@ async def on_post_button(
     except CallbackTokenError:
         text, alert = "This button is no longer valid.", True
     finally:
-        await with_retry_after(lambda: query.answer(text, show_alert=alert))
+        await query.answer(text, show_alert=alert)
 
 
 async def _keyboard(
@@ -118,7 +121,7 @@ async def send_delete_list(
 ) -> int:
     """Send page 1 of the delete keyboard once for this ``/delete`` message."""
     text, markup = await _keyboard(publisher, tokens, bot.id, 0)
-    sent = await with_retry_after(lambda: message.answer(text, reply_markup=markup))
+    sent = await message.answer(text, reply_markup=markup)
     return sent.message_id
 
 
@@ -126,9 +129,7 @@ async def send_delete_list(
 async def delete_by_name(message: Message, slug: str, *, publisher: Publisher) -> str | None:
     """``/delete <slug>``: delete once for this message; returns the commit or ``None``."""
     sha = await _change(publisher, slug, "delete")
-    await with_retry_after(
-        lambda: message.answer(f"🗑️ Deleted: {slug}" if sha else f"No post named {slug}.")
-    )
+    await message.answer(f"🗑️ Deleted: {slug}" if sha else f"No post named {slug}.")
     return sha
 
 
@@ -154,9 +155,14 @@ async def on_page(
         if query.message is not None:
             page = int((query.data or "dpage:0").split(":")[1])
             text, markup = await _keyboard(publisher, idem_tokens, bot.id, page)
-            await edit_text(bot, query.message.chat.id, query.message.message_id, text, markup)
+            await bot.edit_message_text(
+                text=text,
+                chat_id=query.message.chat.id,
+                message_id=query.message.message_id,
+                reply_markup=markup,
+            )
     finally:
-        await with_retry_after(lambda: query.answer())
+        await query.answer()
 
 
 def make_router() -> Router:

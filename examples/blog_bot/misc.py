@@ -12,7 +12,6 @@ from __future__ import annotations
 from aiogram import F, Router
 from aiogram.types import InlineQuery, Message, PreCheckoutQuery
 
-from examples.blog_bot.telegram_calls import with_retry_after
 from telegram_idem import idempotent
 
 __all__ = ["make_router"]
@@ -20,19 +19,19 @@ __all__ = ["make_router"]
 
 async def on_pre_checkout(query: PreCheckoutQuery) -> None:
     """Accept the order (the demo sells nothing real)."""
-    await with_retry_after(lambda: query.answer(ok=True))
+    await query.answer(ok=True)
 
 
 @idempotent(key="pay:{message.successful_payment.telegram_payment_charge_id}")
 async def on_payment(message: Message) -> int:
     """Thank the payer once per charge; returns the thank-you message id."""
-    sent = await with_retry_after(lambda: message.answer("⭐ Thank you for supporting the blog!"))
+    sent = await message.answer("⭐ Thank you for supporting the blog!")
     return sent.message_id
 
 
 async def on_inline(query: InlineQuery) -> None:
     """No inline mode here: answer with no results so the client stops waiting."""
-    await with_retry_after(lambda: query.answer(results=[], cache_time=1))
+    await query.answer(results=[], cache_time=1)
 
 
 def make_router() -> Router:

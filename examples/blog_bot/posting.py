@@ -9,6 +9,15 @@ JA translations in parallel, one commit, buttons → the status message edited i
 A retried ``/techpost`` (same update re-sent, or the same message processed again after a
 crash) replays finished steps: the title is generated once per action key, so a retry can
 never produce a second file name.
+
+Every Bot API call here goes through the outbox (``app.py`` installs it on the bot's
+session), keyed by the action and the call's content, so a retried pipeline re-sends
+nothing Telegram already accepted. ``sendMessage`` is held when its answer is lost
+(policy ``hold``: it may be on screen, so it is never sent again by itself): a status
+message that comes back :class:`~telegram_idem.errors.UnknownOutcomeError` is given up —
+no progress edits, and the final ✅ is a new message, so it is shown exactly once. The
+edits are latest-wins and resent when in doubt (an edit to the same text is answered
+"message is not modified", Bot API "Updating messages").
 """
 
 from __future__ import annotations
@@ -23,9 +32,9 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message
 
 from examples.blog_bot.content import Post, make_post, publish_changes
 from examples.blog_bot.publisher import Publisher
-from examples.blog_bot.telegram_calls import edit_text, with_retry_after
 from examples.blog_bot.writer import Writer
 from telegram_idem import CallbackTokens, Idem, LockHeldError, idempotent
+from telegram_idem.errors import UnknownOutcomeError
 
 __all__ = ["make_router"]
 
@@ -42,13 +51,38 @@ def post_buttons(tokens: dict[str, str]) -> InlineKeyboardMarkup:
     )
 
 
-async def _send_status(bot: Bot, message: Message, text: str) -> int:
-    sent = await with_retry_after(
-        lambda: bot.send_message(
+async def _send_status(bot: Bot, message: Message, text: str) -> int | None:
+    """The status message's id; ``None`` if Telegram may or may not have shown it."""
+    try:
+        sent = await bot.send_message(
             chat_id=message.chat.id, text=text, message_thread_id=message.message_thread_id
         )
-    )
+    except UnknownOutcomeError:
+        return None  # held, never resent: go on without it
     return sent.message_id
+
+
+async def _progress(bot: Bot, message: Message, status: int | None, text: str) -> None:
+    """Edit the status message (latest-wins, safe to resend); without one, nothing."""
+    if status is not None:
+        await bot.edit_message_text(text=text, chat_id=message.chat.id, message_id=status)
+
+
+async def _finish(
+    bot: Bot, message: Message, status: int | None, text: str, markup: InlineKeyboardMarkup
+) -> None:
+    """Show the final text once: the status message edited, or a new message without one."""
+    if status is None:
+        await bot.send_message(
+            chat_id=message.chat.id,
+            text=text,
+            message_thread_id=message.message_thread_id,
+            reply_markup=markup,
+        )
+    else:
+        await bot.edit_message_text(
+            text=text, chat_id=message.chat.id, message_id=status, reply_markup=markup
+        )
 
 
 async def _commit(publisher: Publisher, post: Post, bodies: dict[str, str]) -> str:
@@ -75,13 +109,12 @@ async def publish_post(
     lock_ttl: float,
 ) -> dict[str, Any]:
     """Run the publishing pipeline once for this message; returns slug and commit."""
-    chat_id = message.chat.id
     async with idem.chat_lock(ttl=lock_ttl, name="post"):
         status = await idem.step("status", _send_status, bot, message, "⏳ 1/3 Preparing the post…")
         title = given_title or await idem.step("title", writer.title, "")
-        await edit_text(bot, chat_id, status, f"⏳ 2/3 Writing the Korean draft: {title}")
+        await _progress(bot, message, status, f"⏳ 2/3 Writing the Korean draft: {title}")
         ko = await idem.step("draft", writer.draft, title, given_title)
-        await edit_text(bot, chat_id, status, f"🌐 3/3 Translating to EN and JA: {title}")
+        await _progress(bot, message, status, f"🌐 3/3 Translating to EN and JA: {title}")
         en, ja = await asyncio.gather(
             idem.step("translate:en", writer.translate, ko, "en"),
             idem.step("translate:ja", writer.translate, ko, "ja"),
@@ -90,7 +123,7 @@ async def publish_post(
         post = make_post(title, bodies, message.date.date())
         sha = await idem.step("commit", _commit, publisher, post, bodies)
         buttons = await idem.step("buttons", _issue_buttons, tokens, post.slug, bot.id)
-        await edit_text(bot, chat_id, status, f"✅ Published: {post.slug}", post_buttons(buttons))
+        await _finish(bot, message, status, f"✅ Published: {post.slug}", post_buttons(buttons))
     return {"slug": post.slug, "commit": sha, "status_message_id": status}
 
 
@@ -133,7 +166,7 @@ async def write_draft(message: Message, topic: str, *, idem: Idem, writer: Write
 
 
 async def _reply(message: Message, text: str) -> int:
-    sent = await with_retry_after(lambda: message.answer(text))
+    sent = await message.answer(text)
     return sent.message_id
 
 

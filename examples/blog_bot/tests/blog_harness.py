@@ -82,6 +82,21 @@ async def running_blog(
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def publish_commits(repo_path: Path) -> list[str]:
+    """Messages of the "Publish …" commits in the bare repository at ``repo_path``
+    (none while it does not exist yet)."""
+    from dulwich.repo import Repo
+
+    if not (repo_path / "HEAD").exists():
+        return []
+    repo = Repo(str(repo_path))
+    try:
+        messages = [e.commit.message.decode() for e in repo.get_walker()]
+    finally:
+        repo.close()
+    return [m for m in messages if m.startswith("Publish")]
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
