@@ -144,12 +144,15 @@ def build_blog_bot(
     tokens = CallbackTokens(idem, settings.callback_secret)
     writer = writer or OfflineWriter(delay_scale=settings.writer_delay_scale)
     publisher = publisher or publisher_from_env(settings.publisher_env())
+    # A call taken by a process that died is decided after the lease (policy hold:
+    # unknown, never sent again): the same lease as the bot's claims.
     outbound = Outbound.for_store(
-        idem.store, token=settings.bot_token, base_url=settings.api_url, keys=idem.keys
+        idem.store,
+        token=settings.bot_token,
+        base_url=settings.api_url,
+        keys=idem.keys,
+        lease=settings.lease,
     )
-    # A call taken by a process that died is decided after this lease (policy hold:
-    # unknown, never sent again); the same lease as the bot's claims.
-    outbound.relay.lease = settings.lease
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.api_url))
     session.middleware(OutboxSessionMiddleware(outbound))
     bot = Bot(settings.bot_token, session=session)

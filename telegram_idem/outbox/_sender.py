@@ -137,6 +137,8 @@ class Outbound:
         base_url: str = "https://api.telegram.org",
         limits: Limits | None = None,
         keys: KeyBuilder | None = None,
+        lease: float = 30.0,
+        retention: float = 7 * 24 * 3600.0,
     ) -> Outbound:
         """Calls kept in ``store``'s outbox, paced by its flood budget, sent over HTTP
         (:class:`~telegram_idem.outbox._transport.HttpBotAPI`, closed with this object).
@@ -148,6 +150,10 @@ class Outbound:
             base_url: the Bot API server.
             limits: flood-control budgets (Telegram's guidance by default).
             keys: the key layout (``idem.keys``).
+            lease: seconds a relay holds a call it is sending; a call taken by a process
+                that died is decided (``hold``: unknown; ``resend``: sent again) once it
+                ends.
+            retention: seconds a delivered call is remembered (replays answer from it).
 
         Raises:
             ConfigurationError: the store has no outbox or no flood budget, or the token
@@ -161,7 +167,16 @@ class Outbound:
         outbox = _outbox_of(store)
         flood = FloodControl.for_store(store, bot_id=bot_id, limits=limits, keys=keys)
         api = HttpBotAPI(token, base_url=base_url)
-        return cls(outbox, api, bot_id=bot_id, flood=flood, keys=keys, owns_api=True)
+        return cls(
+            outbox,
+            api,
+            bot_id=bot_id,
+            flood=flood,
+            keys=keys,
+            lease=lease,
+            retention=retention,
+            owns_api=True,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
