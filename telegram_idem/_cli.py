@@ -5,8 +5,10 @@
     telegram-idem migrate STORE_URL
 
 ``migrate`` creates what a store needs before its first use, idempotently, and names
-every table it made or found: for ``postgresql://…?table_prefix=…`` the records and
-inbox tables (``<prefix>_records`` and ``<prefix>_inbox``) and their indexes; for
+every table it made or found: for ``postgresql://…?table_prefix=…`` the records, inbox,
+outbox, parked-chats and flood-budget tables (``<prefix>_records``, ``<prefix>_inbox``,
+``<prefix>_outbox``, ``<prefix>_outbox_parked`` and ``<prefix>_flood``) and their
+indexes; for
 ``dynamodb://<table>?region=…`` the table (partition key ``pk``, on-demand billing) with
 TTL enabled on ``exp``. Stores that create their own structures (``memory://``,
 ``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store with the
@@ -46,16 +48,33 @@ async def _migrate(url: str) -> str:
             return f"migrated {store!r}"
         state = "created" if created is True else "ready"
         noun = "table" if len(tables) == 1 else "tables"
-        return f"{state}: {noun} {' and '.join(tables)} ({store!r})"
+        return f"{state}: {noun} {_listed(tables)} ({store!r})"
     finally:
         await store.close()
 
 
+_TABLE_ATTRS = ("table", "inbox_table", "outbox_table", "outbox_parked_table", "flood_table")
+"""Where a store names the tables ``migrate()`` makes: its records ``table``, and the
+tables of its inbox, outbox (with its parked chats) and flood budgets, on the store or
+on the ``connection`` its abilities share."""
+
+
 def _tables_of(store: object) -> list[str]:
-    """Every table ``migrate()`` made or found: the store's ``table`` and, for a store
-    with a durable inbox in a table of its own, its ``inbox_table``."""
-    names = [getattr(store, attr, None) for attr in ("table", "inbox_table")]
-    return [name for name in names if isinstance(name, str)]
+    """Every table ``migrate()`` made or found, in :data:`_TABLE_ATTRS` order, each once."""
+    holders = (store, getattr(store, "connection", None))
+    names: list[str] = []
+    for attr in _TABLE_ATTRS:
+        for holder in holders:
+            name = getattr(holder, attr, None)
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+                break
+    return names
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 @cli.command()

@@ -255,7 +255,9 @@ class Relay:
         if outcome in (OutcomeClass.EXPIRED, OutcomeClass.PERMANENT):
             return await self._settle(entry, CallStatus.DEAD, f"{code}: {text}", "dead", elapsed_ms)
         if outcome is OutcomeClass.BLOCKED:
-            ok = await self.outbox.park(entry, error=f"{code}: {text}")
+            # Tagged like a retry: unpark keeps the attempts, so the next taker must see
+            # that this take recorded its outcome (else a hold call would turn unknown).
+            ok = await self.outbox.park(entry, error=f"{tag}{code}: {text}")
             return await self._done(entry, ok, "parked", elapsed_ms, logging.WARNING, text)
         if outcome is OutcomeClass.AMBIGUOUS and entry.policy is AmbiguousPolicy.HOLD:
             return await self._settle(entry, CallStatus.UNKNOWN, text, "unknown", elapsed_ms)

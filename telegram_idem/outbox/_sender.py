@@ -67,7 +67,9 @@ from telegram_idem.outbox._transport import BotAPI, HttpBotAPI, bot_id_of_token
 
 __all__ = ["Outbound"]
 
-_CODE = re.compile(r"^(\d{3}): (.*)$", re.DOTALL)
+_CODE = re.compile(r"^(?:attempt \d+ \(\d+ failed\): )?(\d{3}): (.*)$", re.DOTALL)
+"""A recorded error ``"<error_code>: <description>"``, after the relay's attempt tag if any
+(a parked entry's error carries one)."""
 
 
 def _outbox_of(store: object) -> Outbox:

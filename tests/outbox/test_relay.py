@@ -105,8 +105,8 @@ async def test_delivered_records_the_result(scripted: ScriptedAPI, http: HttpBot
         (
             "sendMessage",
             error(403, "Forbidden: bot was blocked by the user"),
-            "parked",
-            "403: Forbidden: bot was blocked by the user",
+            "parked",  # tagged: unpark keeps the attempts, the next take must see a record
+            "attempt 1 (0 failed): 403: Forbidden: bot was blocked by the user",
         ),
         ("sendMessage", error(500, "Internal Server Error"), "unknown", "Internal Server Error"),
         ("sendMessage", Reply(drop=True), "unknown", None),

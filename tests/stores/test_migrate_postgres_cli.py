@@ -1,5 +1,5 @@
 """``telegram-idem migrate postgresql://…`` names every table it made or found (the
-records table *and* the inbox table), against the real PostgreSQL."""
+records, inbox, outbox, parked-chats and flood tables), against the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -43,12 +43,16 @@ async def _tables(prefix: str) -> set[str]:
     return {row["table_name"] for row in rows}
 
 
-def test_cli_migrate_names_the_records_and_the_inbox_table(prefix: str) -> None:
+def test_cli_migrate_names_every_table_it_creates(prefix: str) -> None:
     url = with_option(postgres_dsn(), f"table_prefix={prefix}")
+    named = (
+        f"tables {prefix}_records, {prefix}_inbox, {prefix}_outbox, {prefix}_outbox_parked "
+        f"and {prefix}_flood ("
+    )
     for _ in range(2):  # made, then found (idempotent)
         result = CliRunner().invoke(cli, ["migrate", url])
         assert result.exit_code == 0, result.output
-        assert f"tables {prefix}_records and {prefix}_inbox" in result.output
+        assert named in result.output, result.output
     assert run_sync(lambda: _tables(prefix)) == {
         f"{prefix}_records",
         f"{prefix}_inbox",
