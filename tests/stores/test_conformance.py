@@ -8,32 +8,12 @@ prefix or table per URL. Select one store with ``-k Postgres`` or ``-m postgres`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from services import UrlFactory
 
 from telegram_idem._clock import Clock
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.testing.conformance import InboxConformance, StoreConformance
-from telegram_idem.testing.plugin import isolated_urls
-
-
-@pytest.fixture
-def memory_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    """``memory://``: every store made from it is a separate, empty store."""
-    urls = isolated_urls(pytestconfig, "memory", tmp_path)
-    yield urls
-    urls.close()
-
-
-@pytest.fixture
-def sqlite_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    """A new SQLite file per call."""
-    urls = isolated_urls(pytestconfig, "sqlite", tmp_path)
-    yield urls
-    urls.close()
 
 
 class TestMemory(InboxConformance):

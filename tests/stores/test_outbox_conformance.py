@@ -9,15 +9,11 @@ fails the suites (its ``outbox()`` raises ``ConfigurationError``), it is never s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from services import UrlFactory
 
 from telegram_idem.backends import Store, has_flood_budget, has_outbox
 from telegram_idem.testing.conformance import FloodBudgetConformance, OutboxConformance
-from telegram_idem.testing.plugin import isolated_urls
 
 
 class Outbound(OutboxConformance, FloodBudgetConformance):
@@ -25,22 +21,6 @@ class Outbound(OutboxConformance, FloodBudgetConformance):
 
     def test_the_store_has_both_abilities(self, store: Store) -> None:
         assert has_outbox(store) and has_flood_budget(store)
-
-
-@pytest.fixture
-def memory_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    """``memory://``: every store made from it is a separate, empty store."""
-    urls = isolated_urls(pytestconfig, "memory", tmp_path)
-    yield urls
-    urls.close()
-
-
-@pytest.fixture
-def sqlite_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    """A new SQLite file per call."""
-    urls = isolated_urls(pytestconfig, "sqlite", tmp_path)
-    yield urls
-    urls.close()
 
 
 class TestMemory(Outbound):
