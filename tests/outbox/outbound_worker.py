@@ -1,0 +1,117 @@
+"""A bot process of the outbound store tests (tests/outbox/test_outbound_stores.py), run as
+``python outbound_worker.py <mode> --url STORE --api FAKE_URL ...`` and killed with
+SIGKILL by the test:
+
+- ``relay``: a relay on the store's outbox, paced by its flood budget, sending to the fake
+  Bot API; prints ``ready`` once it runs, then runs until killed (or SIGTERM);
+- ``action``: binds an update and runs an ``@idempotent`` action that makes one
+  ``Outbound.call`` (``sendMessage`` to chat 1), prints ``sent <result JSON>`` when the
+  call returned (it is delivered and recorded) and then never completes, as an action
+  killed before it could finish.
+
+Settings are short (a lease of ``--lease`` seconds, polls of 50 ms) so a test waits little
+for a dead process's lease to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from telegram_idem import Idem, bind_update, idempotent
+from telegram_idem.backends import store_from_url
+from telegram_idem.flood import FloodControl, Limits, Rate
+from telegram_idem.outbox import HttpBotAPI, Outbound, Relay
+from telegram_idem.outbox._transport import bot_id_of_token
+
+UNPACED = Limits(
+    global_=Rate(10_000, 1.0, burst=10_000),
+    chat=Rate(10_000, 1.0, burst=10_000),
+    group=Rate(10_000, 1.0, burst=10_000),
+)
+"""Budgets that never make a call wait (the pause gate of a 429 still closes)."""
+
+TELEGRAM = Limits().scaled(0.9)
+"""Telegram's guidance with a 10 % margin (what the fake enforces is ``Limits()``)."""
+
+
+def relay_of(store: Any, args: argparse.Namespace) -> Relay:
+    bot_id = bot_id_of_token(args.token)
+    limits = TELEGRAM if args.limits == "telegram" else UNPACED
+    return Relay(
+        store.outbox(),
+        HttpBotAPI(args.token, base_url=args.api, timeout=args.timeout),
+        bot_id=bot_id,
+        flood=FloodControl.for_store(store, bot_id=bot_id, limits=limits),
+        lease=args.lease,
+        poll_interval=0.05,
+        backoff_base=0.05,
+        backoff_max=0.5,
+        concurrency=args.concurrency,
+    )
+
+
+async def run_relay(args: argparse.Namespace) -> None:
+    store = store_from_url(args.url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    relay = relay_of(store, args)
+    # Connect first, as a bot's start-up getMe does: the first request of a process
+    # (aiohttp imported, a session and a connection made) reaches the server much later
+    # after its flood reservation than the next ones, and a burst reserved then arrives
+    # bunched up against the calls after it (Telegram, or the fake, then answers 429).
+    await relay.api.call("getMe", b"{}")
+    async with relay:
+        print("ready", flush=True)
+        await stop.wait()
+    await relay.api.close()  # type: ignore[attr-defined]
+    await store.close()
+
+
+async def run_action(args: argparse.Namespace) -> None:
+    idem = Idem(args.url, lease=args.lease)
+    relay = relay_of(idem.store, args)
+    out = Outbound(
+        idem.store.outbox(),
+        relay.api,
+        bot_id=relay.bot_id,
+        flood=relay.flood,
+        keys=idem.keys,
+        relay=relay,
+    )
+
+    @idempotent(key="order:{message_id}")
+    async def place_order(update: dict[str, Any]) -> Any:
+        message = await out.call("sendMessage", {"chat_id": 1, "text": "order placed"})
+        print("sent " + json.dumps(message), flush=True)
+        await asyncio.sleep(3600)  # killed here: the action never completes
+        return message
+
+    update = json.loads(args.update)
+    with bind_update(update, bot_id=relay.bot_id, idem=idem):
+        await place_order(update)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["relay", "action"])
+    parser.add_argument("--url", required=True, help="the store URL")
+    parser.add_argument("--api", required=True, help="the fake Bot API's base URL")
+    parser.add_argument("--token", default="123456:SECRET-token_value-xyz")
+    parser.add_argument("--lease", type=float, default=1.0, help="seconds")
+    parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--limits", choices=["unpaced", "telegram"], default="unpaced")
+    parser.add_argument("--update", default="{}", help="the update JSON (mode action)")
+    args = parser.parse_args()
+    asyncio.run(run_relay(args) if args.mode == "relay" else run_action(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
