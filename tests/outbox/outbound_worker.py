@@ -35,8 +35,9 @@ UNPACED = Limits(
 )
 """Budgets that never make a call wait (the pause gate of a 429 still closes)."""
 
-TELEGRAM = Limits().scaled(0.9)
-"""Telegram's guidance with a 10 % margin (what the fake enforces is ``Limits()``)."""
+TELEGRAM: Limits | None = None
+"""FloodControl's default (Telegram's guidance with smaller bursts; the fake enforces
+``Limits()`` itself)."""
 
 
 def relay_of(store: Any, args: argparse.Namespace) -> Relay:
@@ -61,11 +62,9 @@ async def run_relay(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     relay = relay_of(store, args)
-    # Connect first, as a bot's start-up getMe does: the first request of a process
-    # (aiohttp imported, a session and a connection made) reaches the server much later
-    # after its flood reservation than the next ones, and a burst reserved then arrives
-    # bunched up against the calls after it (Telegram, or the fake, then answers 429).
-    await relay.api.call("getMe", b"{}")
+    # No warm-up call: the first request of a process reaches the server late after its
+    # flood reservation (aiohttp imported, a connection made), so a burst reserved then
+    # arrives bunched up; FloodControl's default bursts leave room for it (0 429s).
     async with relay:
         print("ready", flush=True)
         await stop.wait()

@@ -32,7 +32,7 @@ import signal
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,7 +50,6 @@ from telegram_idem.errors import UnknownOutcomeError
 from telegram_idem.flood import FloodControl, Limits, Rate
 from telegram_idem.outbox import AmbiguousPolicy, CallStatus, HttpBotAPI, Outbound, Relay
 from telegram_idem.testing.bot_api import FakeBotAPI, Fault
-from telegram_idem.testing.plugin import isolated_urls
 
 TOKEN = "123456:SECRET-token_value-xyz"
 BOT_ID = 123456
@@ -80,21 +79,6 @@ UPDATE = {
 
 
 # ----------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def sqlite_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    """A new SQLite file per call."""
-    urls = isolated_urls(pytestconfig, "sqlite", tmp_path)
-    yield urls
-    urls.close()
-
-
-@pytest.fixture
-def memory_url_factory(pytestconfig: pytest.Config, tmp_path: Path) -> Iterator[UrlFactory]:
-    urls = isolated_urls(pytestconfig, "memory", tmp_path)
-    yield urls
-    urls.close()
 
 
 def url_of(request: pytest.FixtureRequest) -> str:
