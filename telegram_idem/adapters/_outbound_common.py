@@ -1,19 +1,16 @@
-"""What the aiogram and PTB outbound hooks share, framework-free: the two roles they call
-(the outbox's sender, flood control), which methods bypass the outbox, and the
-pace-and-retry loop of a flood-only hook."""
+"""What the aiogram and PTB outbound hooks share, framework-free: flood control as they
+call it, which methods bypass the outbox, and the pace-and-retry loop of a flood-only
+hook."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from telegram_idem.outbox import AmbiguousPolicy
-
 __all__ = [
     "DEFAULT_MAX_RETRIES",
     "DIRECT_METHODS",
     "Pacer",
-    "Sender",
     "goes_direct",
     "paced",
 ]
@@ -46,23 +43,6 @@ def goes_direct(method: str) -> bool:
     :data:`DIRECT_METHODS` and every read (``get*``, Bot API method names are
     case-insensitive)."""
     return method in DIRECT_METHODS or method[:3].lower() == "get"
-
-
-class Sender(Protocol):
-    """The outbox's sender as the hooks call it: ``telegram_idem.outbox.Outbound``."""
-
-    async def call(
-        self,
-        method: str,
-        params: Mapping[str, Any],
-        *,
-        key: str | None = None,
-        policy: AmbiguousPolicy | None = None,
-        priority: int | None = None,
-        wait: float | None = 60.0,
-    ) -> Any:
-        """``Outbound.call``: Telegram's ``result`` JSON."""
-        ...
 
 
 class Pacer(Protocol):

@@ -9,9 +9,11 @@ duplicates.
   :class:`ReplayResult` tells how many times each handler and step ran.
 - **Assertions**: :func:`assert_ran_once`, :func:`assert_step_ran_once`,
   :func:`assert_every_callback_answered`, :func:`assert_no_update_lost`.
-- **A loopback Telegram**: :class:`FakeBotAPI` (the Bot API) and
-  :class:`TelegramDelivery` (webhook delivery); these two need aiohttp and are imported
-  on first use, so ``import telegram_idem.testing`` works without it.
+- **A loopback Telegram**: :class:`FakeBotAPI` (the Bot API; a :class:`Fault` of a
+  :class:`FaultKind` injects what Telegram answers when things go wrong, and
+  :class:`FakeBotAPIControl` injects it into a fake in another process) and
+  :class:`TelegramDelivery` (webhook delivery); these need aiohttp and are imported on
+  first use, so ``import telegram_idem.testing`` works without it.
 - **The pytest plugin** (:mod:`telegram_idem.testing.plugin`, active once the package is
   installed): fixtures ``idem``, ``idem_store``, ``idem_clock``, ``update_factory``,
   ``fake_bot_api``, ``telegram_delivery``, ``replay``. See docs/testing.md.
@@ -69,7 +71,14 @@ if _typing.TYPE_CHECKING:
         TelegramDelivery,
     )
     from telegram_idem.testing._loopback import LoopbackServer, serve_app
-    from telegram_idem.testing.bot_api import Call, FakeBotAPI, SentMessage
+    from telegram_idem.testing.bot_api import (
+        Call,
+        FakeBotAPI,
+        FakeBotAPIControl,
+        Fault,
+        FaultKind,
+        SentMessage,
+    )
 
 _LAZY = {
     "LoopbackServer": "telegram_idem.testing._loopback",
@@ -78,6 +87,9 @@ _LAZY = {
     "Call": "telegram_idem.testing.bot_api",
     "DeliveryReport": "telegram_idem.testing._delivery",
     "FakeBotAPI": "telegram_idem.testing.bot_api",
+    "FakeBotAPIControl": "telegram_idem.testing.bot_api",
+    "Fault": "telegram_idem.testing.bot_api",
+    "FaultKind": "telegram_idem.testing.bot_api",
     "SECRET_HEADER": "telegram_idem.testing._delivery",
     "SentMessage": "telegram_idem.testing.bot_api",
     "TelegramDelivery": "telegram_idem.testing._delivery",
@@ -103,6 +115,9 @@ __all__ = [
     "Delivery",
     "DeliveryReport",
     "FakeBotAPI",
+    "FakeBotAPIControl",
+    "Fault",
+    "FaultKind",
     "LoopbackServer",
     "PTBTarget",
     "ReplayResult",

@@ -46,7 +46,7 @@ from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ChatParkedError, SendFailedError, UnknownOutcomeError
 from telegram_idem.flood import FloodControl, Limits, Rate
 from telegram_idem.outbox import CallStatus, FileRef, Outbound, encode_params
-from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.bot_api import FakeBotAPI, Fault
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
@@ -164,7 +164,8 @@ async def test_a_429_pauses_every_sender_of_the_bot_and_the_call_goes_again(
 ) -> None:
     store = MemoryStore()  # one store: two senders of one bot (two processes' share)
     first, second = paced_bot(api, flood_of(store)), paced_bot(api, flood_of(store))
-    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    # The 429s hit this chat's sends only: the other sender's call must not take one.
+    api.inject(Fault.retry_after(1, method="sendMessage", chat_id=CHAT, times=2))
     async with first, second:
         sending = asyncio.create_task(first.send_message(CHAT, "hi"))
         while not api.calls_of("sendMessage"):
@@ -299,6 +300,26 @@ async def test_an_ambiguous_send_is_held_and_never_sent_again(
         with pytest.raises(UnknownOutcomeError):
             await dp.feed_raw_update(sending_bot, message_update(1))
     assert len(api.calls_of("sendMessage")) == 1
+    assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
+
+
+async def test_an_accepted_then_dropped_reply_is_held_and_never_sent_again(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router = Router()
+
+    @router.message()
+    @idempotent(key="reply:{message.message_id}")
+    async def reply(message: Message) -> None:
+        await message.answer("hi")
+
+    api.inject(Fault.drop(method="sendMessage"))  # Telegram applies it, then no answer
+    dp = guarded(store, router)
+    for _ in range(2):  # the update re-sent: the action runs again
+        with pytest.raises(UnknownOutcomeError):
+            await dp.feed_raw_update(sending_bot, message_update(1))
+    assert len(api.calls_of("sendMessage")) == 1
+    assert api.sent_texts(CHAT) == ["hi"]  # it was delivered: sending again would repeat it
     assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
 
 

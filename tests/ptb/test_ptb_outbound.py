@@ -34,7 +34,7 @@ from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ChatParkedError, SendFailedError, UnknownOutcomeError
 from telegram_idem.flood import FloodControl, Limits, Rate
 from telegram_idem.outbox import CallStatus, FileRef, Outbound, encode_params
-from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.bot_api import FakeBotAPI, Fault
 
 TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
@@ -120,7 +120,8 @@ async def test_a_429_pauses_every_sender_of_the_bot_and_the_call_goes_again(
 ) -> None:
     store = MemoryStore()  # one store: two senders of one bot (two processes' share)
     first, second = paced_app(api, flood_of(store)), paced_app(api, flood_of(store))
-    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    # The 429s hit this chat's sends only: the other sender's call must not take one.
+    api.inject(Fault.retry_after(1, method="sendMessage", chat_id=CHAT, times=2))
     async with first, second:
         sending = asyncio.create_task(first.bot.send_message(CHAT, "hi"))
         while not api.calls_of("sendMessage"):
@@ -175,12 +176,16 @@ def message_update(update_id: int) -> dict[str, Any]:
     }
 
 
-async def run_outboxed(api: FakeBotAPI, handler: Any, *updates: dict[str, Any]) -> MemoryStore:
-    """A PTB application guarded by the processor, its calls through the outbox; each
-    update fed in turn (a handler error is PTB's: logged, the update released)."""
+async def run_outboxed(
+    api: FakeBotAPI, handler: Any, *updates: dict[str, Any], limits: Limits | None = None
+) -> MemoryStore:
+    """A PTB application guarded by the processor, its calls through the outbox (flood
+    ``limits``, Telegram's by default); each update fed in turn (a handler error is
+    PTB's: logged, the update released)."""
     store = MemoryStore()
     idem = Idem(store, heartbeat=False)
-    async with Outbound.for_store(store, token=TOKEN, base_url=api.url) as outbound:
+    outbound = Outbound.for_store(store, token=TOKEN, base_url=api.url, limits=limits)
+    async with outbound:
         app: App = (
             ApplicationBuilder()
             .token(TOKEN)
@@ -233,3 +238,76 @@ async def test_an_ambiguous_send_is_held_and_never_sent_again(api: FakeBotAPI) -
     store = await run_outboxed(api, reply, message_update(1), message_update(1))
     assert len(errors) == 2 and len(api.calls_of("sendMessage")) == 1
     assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
+
+
+async def test_an_accepted_then_dropped_reply_is_held_and_never_sent_again(
+    api: FakeBotAPI,
+) -> None:
+    errors: list[BaseException] = []
+
+    @ptb_idempotent(key="reply:{message.message_id}")
+    async def reply(update: Update, context: Any) -> None:
+        assert update.message is not None
+        try:
+            await update.message.reply_text("hi")
+        except UnknownOutcomeError as exc:
+            errors.append(exc)
+            raise
+
+    api.inject(Fault.drop(method="sendMessage"))  # Telegram applies it, then no answer
+    store = await run_outboxed(api, reply, message_update(1), message_update(1))
+    assert len(errors) == 2 and len(api.calls_of("sendMessage")) == 1
+    assert api.sent_texts(CHAT) == ["hi"]  # it was delivered: sending again would repeat it
+    assert (await store.outbox().counts()).get(CallStatus.UNKNOWN) == 1
+
+
+async def test_a_429_storm_in_an_action_is_waited_out(api: FakeBotAPI) -> None:
+    sent: list[Message] = []
+
+    @ptb_idempotent(key="reply:{message.message_id}")
+    async def reply(update: Update, context: Any) -> None:
+        assert update.message is not None
+        sent.append(await update.message.reply_text("hi"))
+
+    api.fail_next("sendMessage", 429, retry_after=1, times=2)
+    store = await run_outboxed(api, reply, message_update(1))
+    calls = api.calls_of("sendMessage")
+    assert len(calls) == 3 and calls[2].at - calls[0].at >= 1.9  # retry_after honoured twice
+    assert sent[0].message_id == api.messages(CHAT)[0].message_id
+    assert (await store.outbox().counts()).get(CallStatus.DELIVERED) == 1  # no dead letter
+
+
+async def test_a_callback_answer_never_waits_behind_a_busy_chat(api: FakeBotAPI) -> None:
+    @ptb_idempotent(key="burst:{message.message_id}")
+    async def burst(update: Update, context: Any) -> None:
+        await asyncio.gather(
+            *(context.bot.send_message(CHAT, f"m{i}") for i in range(5)),
+            context.bot.answer_callback_query("q1"),
+        )
+
+    limits = Limits(chat=Rate(10, 1.0, burst=1))  # one message per 0.1 s in a chat
+    await run_outboxed(api, burst, message_update(1), limits=limits)
+    sends = [c.at for c in api.calls_of("sendMessage")]
+    (answer,) = api.calls_of("answerCallbackQuery")
+    assert len(sends) == 5 and sends[-1] - sends[0] >= 0.35  # the chat is paced
+    assert answer.at < sends[-1]  # the answer did not queue behind the chat
+
+
+async def test_outside_an_action_a_call_is_sent_directly_and_paced(api: FakeBotAPI) -> None:
+    store = MemoryStore()
+    limits = Limits(chat=Rate(10, 1.0, burst=1))
+    outbound = Outbound.for_store(store, token=TOKEN, base_url=api.url, limits=limits)
+    app: App = (
+        ApplicationBuilder()
+        .token(TOKEN)
+        .base_url(api.ptb_base_url)
+        .rate_limiter(OutboxRateLimiter(outbound, wait=10.0))
+        .build()
+    )
+    async with outbound, app:
+        sent = await asyncio.gather(*(app.bot.send_message(CHAT, f"m{i}") for i in range(4)))
+    assert all(isinstance(m, Message) for m in sent)
+    assert sorted(m.message_id for m in sent) == [m.message_id for m in api.messages(CHAT)]
+    times = [c.at for c in api.calls_of("sendMessage")]
+    assert times[-1] - times[0] >= 0.25  # paced by flood control: 4 messages, 3 intervals
+    assert sum((await store.outbox().counts()).values()) == 0  # not durable: no entry
