@@ -198,3 +198,37 @@ async def test_enqueue_outside_an_action_needs_a_key(fake_api: FakeBotAPI) -> No
         with pytest.raises(ConfigurationError, match="key="):
             await out.enqueue("sendMessage", {"chat_id": 1, "text": "a"})
     assert fake_api.calls_of("sendMessage") == []
+
+
+async def test_an_unknown_method_is_delivered_as_given_and_held_if_ambiguous(
+    fake_api: FakeBotAPI,
+) -> None:
+    """The Bot API grows: a method this library does not know is sent by its name, with
+    the cautious policy (hold), not refused."""
+    fake_api.set_result("sendFutureThing", {"ok_future": 1})
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        result = await out.call("sendFutureThing", {"chat_id": 1, "x": "é\u202e"}, key="f")
+    assert result == {"ok_future": 1}
+    [sent] = fake_api.calls_of("sendFutureThing")
+    assert sent.params["x"] == "é\u202e"
+    entry = await store.outbox().get(out.keys.effect(BOT_ID, "f"))
+    assert entry is not None and entry.method == "sendFutureThing"
+    assert entry.policy.value == "hold"
+
+
+async def test_a_store_outage_at_enqueue_raises_store_error_and_sends_nothing(
+    fake_api: FakeBotAPI, closed_port: int
+) -> None:
+    from telegram_idem.backends import store_from_url
+    from telegram_idem.errors import StoreError
+
+    store = store_from_url(f"redis://127.0.0.1:{closed_port}/0?socket_timeout=1")
+    out = Outbound.for_store(store, token=TOKEN, base_url=fake_api.url)
+    try:
+        with pytest.raises(StoreError):
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k", wait=5)
+    finally:
+        await out.close()
+        await store.close()
+    assert fake_api.calls_of("sendMessage") == []
