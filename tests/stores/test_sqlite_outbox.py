@@ -214,7 +214,11 @@ async def test_enqueue_in_issues_no_transaction_statement_on_the_bots_connection
 
 async def traced(db: BotDB, seen: list[str] | None) -> None:
     """Record every statement ``db``'s connection runs into ``seen`` (``None``: stop)."""
-    callback = None if seen is None else seen.append
+
+    def callback(sql: str) -> None:
+        if seen is not None:
+            seen.append(sql)
+
     if isinstance(db, AioDB):
         await db.aio.set_trace_callback(callback)
     else:
