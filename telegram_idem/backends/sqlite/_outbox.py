@@ -24,7 +24,7 @@ from telegram_idem.backends.sqlite._enqueue import (
     run_steps,
 )
 from telegram_idem.backends.sqlite._join import Joined, run_steps_in
-from telegram_idem.errors import ConfigurationError, StoreError
+from telegram_idem.errors import ConfigurationError
 from telegram_idem.outbox import CallStatus, NewCall, Outbox, OutboxEntry
 
 __all__ = ["SQLiteOutbox"]
@@ -137,15 +137,14 @@ class SQLiteOutbox(Outbox):
                 outside a transaction, or the store's file is not set up and cannot be
                 now (see above).
             StoreError: SQLite could not answer (a lock wait past the ``busy_timeout``
-                of ``conn``), or the store is closed.
+                of ``conn``), or the store was closed before this call set its file up.
 
-        Cost: after the store's first use, no wait on the store's thread; on a
-        connection already checked, one statement for a new key (two for a key stored
-        already or a ``collapse_key``), run directly on ``conn``.
+        Cost: after the store's first use, no wait on the store's thread (so, once set
+        up, it writes on ``conn`` even after the store is closed: nothing goes through
+        the store); on a connection already checked, one statement for a new key (two
+        for a key stored already or a ``collapse_key``), run directly on ``conn``.
         """
         db = self._db
-        if db._closed:  # as every call of a closed store
-            raise StoreError(f"{db.name} is closed")
         if not self._set_up:
             await db.call("enqueue_in", self._set_up_file)
 
