@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 from fixtures_postgres import with_option
+from pg_counting import Trips, counting_connection_class
 from services import postgres_dsn
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
@@ -319,6 +320,67 @@ async def test_a_collapsed_entry_is_superseded_only_when_the_caller_commits(
         await outbox.enqueue_in(tx.conn, call("new", collapse="edit:1:5"))
     old = await outbox.get("old")
     assert old is not None and old.status is CallStatus.SUPERSEDED
+
+
+async def test_a_call_without_a_collapse_key_is_one_round_trip_on_a_checked_connection(
+    setup: tuple[PostgresOutbox, str],
+) -> None:
+    outbox, _ = setup
+    trips = Trips()
+    conn = await asyncpg.connect(postgres_dsn(), connection_class=counting_connection_class(trips))
+    try:
+        async with conn.transaction():
+            await outbox.enqueue_in(conn, call("warm"))  # the table check, once
+            await outbox.enqueue_in(conn, call("warm-c", collapse="c:0"))  # statements prepared
+            trips.clear()
+            await outbox.enqueue_in(conn, call("k1"))
+            assert trips.names == ["bind_execute"], trips.calls
+            trips.clear()
+            _, written = await outbox.enqueue_in(conn, call("k1", 2))  # stored already
+            assert not written and trips.names == ["bind_execute"], trips.calls
+            trips.clear()
+            await outbox.enqueue_in(conn, call("k2", collapse="c:1"))  # lock, then enqueue
+            assert trips.names == ["bind_execute", "bind_execute"], trips.calls
+    finally:
+        await conn.close()
+    assert await outbox.counts() == {CallStatus.PENDING: 4}
+
+
+async def test_an_enqueue_waiting_for_the_chat_while_it_is_unparked_stores_a_pending_call(
+    setup: tuple[PostgresOutbox, str],
+) -> None:
+    """The one-statement enqueue reads the parked mark under the chat's lock: a mark an
+    unpark deleted while the enqueue waited for it is not read from the older snapshot
+    (the call would be stored parked in a chat no longer parked, and stay there)."""
+    outbox, _ = setup
+    held = await outbox.enqueue(call("first"))
+    taken = await outbox.take(bot_id=BOT, lease=LEASE)
+    assert taken is not None and taken.key == held[0].key
+    assert await outbox.park(taken, error="Forbidden: bot was blocked by the user")
+    unparker, bot = await asyncpg.connect(postgres_dsn()), await asyncpg.connect(postgres_dsn())
+    try:
+        unparking = unparker.transaction()
+        await unparking.start()  # an unpark in progress: the chat's lock, the mark gone
+        await unparker.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))",
+            outbox.table,
+            f"{BOT}:u:chat:1",
+        )
+        await unparker.execute(f"DELETE FROM {outbox.parked_table}")
+
+        async def enqueue() -> tuple[Any, bool]:
+            async with bot.transaction():
+                return await outbox.enqueue_in(bot, call("later"))
+
+        task = asyncio.create_task(enqueue())
+        await asyncio.sleep(0.3)
+        assert not task.done()  # waiting for the chat's lock, its snapshot taken
+        await unparking.commit()
+        entry, written = await asyncio.wait_for(task, 10)
+    finally:
+        await unparker.close()
+        await bot.close()
+    assert written and entry.status is CallStatus.PENDING
 
 
 # ----------------------------------------------------------------- refusals

@@ -7,12 +7,14 @@ flood budget). The outbox rules themselves run in tests/stores/test_outbox_confo
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -203,11 +205,101 @@ async def test_enqueue_in_issues_no_transaction_statement_on_the_bots_connection
         conn.set_trace_callback(None)
         assert conn.in_transaction
         words = {sql.split()[0].upper() for sql in seen}
-        assert words <= {"PRAGMA", "WITH", "DELETE", "SELECT", "UPDATE"}, seen
+        assert words <= {"PRAGMA", "INSERT", "SELECT", "UPDATE"}, seen
         conn.rollback()
     finally:
         conn.close()
     assert await outbox.counts() == {}
+
+
+async def traced(db: BotDB, seen: list[str] | None) -> None:
+    """Record every statement ``db``'s connection runs into ``seen`` (``None``: stop)."""
+
+    def callback(sql: str) -> None:
+        if seen is not None:
+            seen.append(sql)
+
+    if isinstance(db, AioDB):
+        await db.aio.set_trace_callback(callback)
+    else:
+        assert isinstance(db.conn, sqlite3.Connection)
+        db.conn.set_trace_callback(callback)
+
+
+async def test_a_connection_is_checked_once_then_a_new_call_is_one_statement(
+    bot_db: BotDB, outbox: SQLiteOutbox
+) -> None:
+    await bot_db.execute("INSERT INTO posts (title) VALUES ('paid')")  # the bot's transaction
+    seen: list[str] = []
+    await traced(bot_db, seen)
+    await outbox.enqueue_in(bot_db.conn, call("first"))
+    assert [sql.split()[0] for sql in seen] == ["PRAGMA", "INSERT"], seen
+    for name in ("second", "third"):
+        seen.clear()
+        await outbox.enqueue_in(bot_db.conn, call(name))
+        assert [sql.split()[0] for sql in seen] == ["INSERT"], seen
+    seen.clear()
+    _, stored = await outbox.enqueue_in(bot_db.conn, call("second"))  # stored already
+    assert not stored and [sql.split()[0] for sql in seen] == ["INSERT", "SELECT"], seen
+    await traced(bot_db, None)
+    await bot_db.commit()
+    assert (await outbox.counts())[CallStatus.PENDING] == 3
+
+
+async def test_enqueue_in_does_not_wait_for_the_store_s_own_thread(
+    bot_db: BotDB, store: SQLiteStore, outbox: SQLiteOutbox
+) -> None:
+    await outbox.enqueue_in(bot_db.conn, call("first"))  # the store's set-up check, once
+    await bot_db.commit()
+    busy = asyncio.create_task(store.connection.run(lambda _: time.sleep(1.5)))
+    await asyncio.sleep(0.05)  # the store's thread is busy now
+    started = time.monotonic()
+    _, stored = await outbox.enqueue_in(bot_db.conn, call("second"))
+    assert stored and time.monotonic() - started < 1.0
+    assert not busy.done()
+    await bot_db.commit()
+    await busy
+
+
+async def test_a_closed_connection_s_check_does_not_pass_to_one_at_its_address(
+    tmp_path: Path, store: SQLiteStore, outbox: SQLiteOutbox
+) -> None:
+    # CPython reuses a freed connection's address at once: a check remembered by id()
+    # alone would accept the next connection there, on whatever file it is.
+    reused = 0
+    for i in range(5):
+        mine = sqlite3.connect(store.path)
+        await outbox.enqueue_in(mine, call(f"mine-{i}"))
+        mine.commit()
+        address = id(mine)
+        mine.close()
+        del mine
+        gc.collect()
+        other = sqlite3.connect(tmp_path / "other.db")
+        try:
+            reused += id(other) == address
+            with pytest.raises(ConfigurationError, match=r"other\.db"):
+                await outbox.enqueue_in(other, call(f"lost-{i}"))
+        finally:
+            other.close()
+            del other
+            gc.collect()
+    assert reused  # the case the test is about happened
+    assert (await outbox.counts())[CallStatus.PENDING] == 5
+
+
+async def test_a_stale_holder_of_an_expired_key_cannot_record_over_its_new_call(
+    outbox: SQLiteOutbox, clock: ManualClock
+) -> None:
+    first, _ = await outbox.enqueue(replace(call("reply"), retention=10.0))
+    stale = await outbox.take(bot_id=BOT, lease=LEASE)
+    assert stale is not None and await outbox.deliver(stale, result=b"true")
+    clock.advance(11)  # the delivered entry's retention is over: the key stores anew
+    again, stored = await outbox.enqueue(call("reply"))
+    assert stored and again.seq > first.seq and again.status is CallStatus.PENDING
+    taken = await outbox.take(bot_id=BOT, lease=LEASE)
+    assert taken is not None and taken.token > stale.token
+    assert not await outbox.deliver(stale, result=b"stale")
 
 
 async def test_each_outbox_and_budget_primitive_is_one_immediate_transaction(

@@ -9,6 +9,7 @@ The statements, and why take keeps one call in flight per chat under concurrency
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -112,8 +113,9 @@ class PostgresOutbox(Outbox):
 
     ``take``, ``deliver``, ``retry`` (in its chat), ``settle``, ``extend``, ``get``,
     ``entries``, ``resolve``, ``parked_units`` and ``counts`` are one statement each;
-    ``enqueue``, ``park``, ``redrive``, ``unpark`` and a retry into another chat are a
-    transaction of two (the chat's advisory lock, then the write: see
+    ``enqueue`` of a call without a collapse key is one statement that takes its chat's
+    advisory lock first; ``enqueue`` with one, ``park``, ``redrive``, ``unpark`` and a
+    retry into another chat are a transaction of two (the lock, then the write: see
     :mod:`telegram_idem.backends.postgres._outbox_sql`). Errors are the store's:
     :class:`~telegram_idem.errors.StoreError` when the server cannot answer,
     :class:`~telegram_idem.errors.ConfigurationError` when a table is missing (run
@@ -126,6 +128,10 @@ class PostgresOutbox(Outbox):
         self.parked_table = connection.outbox_parked_table
         self._sql = build_outbox_sql(
             self.table, self.parked_table, server_clock=connection.server_clock
+        )
+        # The callers' asyncpg connections on which the tables were found (enqueue_in).
+        self._checked: weakref.WeakKeyDictionary[asyncpg.Connection, None] = (
+            weakref.WeakKeyDictionary()
         )
 
     def __repr__(self) -> str:
@@ -179,12 +185,22 @@ class PostgresOutbox(Outbox):
         return locks
 
     async def _enqueue_on(self, fetch: Fetch, call: NewCall) -> tuple[OutboxEntry, bool]:
-        """LOCK then ENQUEUE on an open transaction, the statement again while it races
-        (the key was committed by a transaction its snapshot could not see)."""
-        await fetch(self._sql["lock"], [self._locks(call)])
-        args = self._enqueue_args(call)
+        """Enqueue on an open transaction: a call without a collapse key in one statement
+        that takes its chat's lock first; else LOCK then ENQUEUE. The enqueue statement
+        runs again while it races (the key was committed by a transaction its snapshot
+        could not see)."""
+        if call.collapse_key is None:
+            sql = self._sql["enqueue_locked"]
+            args: tuple[Any, ...] = (
+                *self._enqueue_args(call)[:9],
+                unit_lock(call.bot_id, call.unit),
+                *self.connection.now_args(),
+            )
+        else:  # latest wins: the supersede must read a snapshot taken under the lock
+            await fetch(self._sql["lock"], [self._locks(call)])
+            sql, args = self._sql["enqueue"], self._enqueue_args(call)
         for _ in range(_MAX_ROUNDS):
-            rows = await fetch(self._sql["enqueue"], args)
+            rows = await fetch(sql, args)
             if rows:
                 return _entry(rows[0]), bool(rows[0]["written"])
         raise StoreError(f"{self!r}: enqueue of {call.key!r} still racing after {_MAX_ROUNDS}")
@@ -215,6 +231,11 @@ class PostgresOutbox(Outbox):
                 begins one: commit it as usual).
             call: the call to store.
 
+        Cost: one round trip for a call without a ``collapse_key`` (two with one), plus
+        one the first time a connection is used, to check the store's tables are in its
+        database (remembered for as long as the underlying asyncpg connection lives; a
+        table dropped later fails the insert instead, which aborts the transaction).
+
         Until the caller commits, its transaction holds the chat's advisory lock: other
         enqueues to that chat wait for it (takes do not). Run it in READ COMMITTED (the
         default); a second transaction enqueueing the same key waits for the first and
@@ -229,14 +250,18 @@ class PostgresOutbox(Outbox):
         fetch = self._fetch_for(conn)
 
         async def run() -> tuple[OutboxEntry, bool]:
-            rows = await fetch(self._sql["exists"], [self.table, self.parked_table])
-            if not rows or not next(iter(rows[0].values())):
-                raise ConfigurationError(
-                    f"{self!r}: the tables {self.table!r} and {self.parked_table!r} are not "
-                    "in the database of the connection given to enqueue_in: join a "
-                    "transaction on the store's own database (run `telegram-idem migrate "
-                    "<store URL>` there)"
-                )
+            driver = await _driver_connection(conn)
+            if driver is None or driver not in self._checked:
+                rows = await fetch(self._sql["exists"], [self.table, self.parked_table])
+                if not rows or not next(iter(rows[0].values())):
+                    raise ConfigurationError(
+                        f"{self!r}: the tables {self.table!r} and {self.parked_table!r} are "
+                        "not in the database of the connection given to enqueue_in: join a "
+                        "transaction on the store's own database (run `telegram-idem "
+                        "migrate <store URL>` there)"
+                    )
+                if driver is not None:
+                    self._checked[driver] = None
             return await self._enqueue_on(fetch, call)
 
         return await self._call_foreign("outbox.enqueue_in", run)
@@ -426,6 +451,27 @@ class PostgresOutbox(Outbox):
         if batch < 1:
             raise ConfigurationError(f"batch must be ≥ 1, got {batch}")
         return await self.connection.call("outbox.purge", self._purge_run(batch))
+
+
+async def _driver_connection(conn: object) -> asyncpg.Connection | None:
+    """The asyncpg connection under ``conn`` (itself; a pool proxy's; a SQLAlchemy
+    connection's or session's current one), or ``None`` when it cannot be told: the
+    identity the table check is remembered by, for as long as that connection lives."""
+    if isinstance(conn, asyncpg.Connection):
+        return conn
+    if isinstance(conn, asyncpg.pool.PoolConnectionProxy):
+        inner = getattr(conn, "_con", None)  # the proxy has no public accessor
+        return inner if isinstance(inner, asyncpg.Connection) else None
+    if not _sqlalchemy_types():
+        return None  # pragma: no cover - sqlalchemy comes with the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(conn, AsyncSession):
+        conn = await conn.connection()
+    if not isinstance(conn, AsyncConnection):
+        return None
+    driver = (await conn.get_raw_connection()).driver_connection
+    return driver if isinstance(driver, asyncpg.Connection) else None
 
 
 def _unwrap(exc: BaseException) -> Exception:

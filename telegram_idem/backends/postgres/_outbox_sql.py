@@ -29,14 +29,33 @@ until it commits, so per unit ``seq`` order is commit order. (So redrive and unp
 entries at the back of their chat, in their old order; the in-process stores keep the
 old ``seq`` of an unparked or migrated entry.)
 
-The lock is taken by a statement of its own, *before* the writing statement, in the same
-transaction: the writing statement's snapshot then sees everything the previous holder
-committed. This matters for parking: ``park`` takes the unit's lock too, so an enqueue
-either sees the parked mark (and stores ``PARKED``) or commits first (and ``park`` parks
-its entry). An enqueue with a ``collapse_key`` also locks ``<bot>:c:<collapse key>``
-(locks are taken in ``hashtext`` order: no deadlock), so two enqueues of one collapse
-key supersede each other in commit order. The same two statements run on a caller's
-own transaction (``enqueue_in``), whose commit then releases the locks.
+For ``park``, ``unpark``, ``redrive``, a moving retry and an enqueue with a
+``collapse_key`` the lock is taken by a statement of its own, *before* the writing
+statement, in the same transaction: the writing statement's snapshot then sees everything
+the previous holder committed. An enqueue with a ``collapse_key`` also locks
+``<bot>:c:<collapse key>`` (locks are taken in ``hashtext`` order: no deadlock), so two
+enqueues of one collapse key supersede each other in commit order (its ``UPDATE`` can only
+supersede rows its snapshot sees).
+
+An enqueue *without* a collapse key (almost every call) is one statement
+(``enqueue_locked``): a CTE takes the chat's lock and the insert reads it, so the ``seq``
+is still drawn under the lock (the invariant above holds: one call in flight per chat).
+Its snapshot, though, is taken before the lock wait. Two cases differ from two statements,
+both only when the enqueue waited for the lock while a park or an unpark of that chat
+committed:
+
+- an unpark: its deleted mark is in the older snapshot, so the mark is read
+  ``FOR KEY SHARE``, which skips a row deleted by a committed transaction: the call is
+  stored ``PENDING``, never ``PARKED`` in a chat no longer parked (where it would stay);
+- a park: its new mark is not in the older snapshot, and is missed: the call is stored
+  ``PENDING`` in a parked chat. **Accepted**: it is the chat's only live call, so a relay
+  sends it at once; Telegram answers 403 again (the user blocked the bot a moment ago) and
+  the relay parks it, behind the chat's other parked calls. Only a user who unblocks the
+  bot within that moment gets it ahead of them. The window is the park's own transaction
+  (one statement and its commit), and it saves a round trip on every enqueue.
+
+The same statements run on a caller's own transaction (``enqueue_in``), whose commit
+then releases the locks.
 
 Every statement reads "now" once from the ``c`` CTE: the server's clock, or the store's
 clock sent as the last parameter (see :mod:`telegram_idem.backends.postgres._sql`).
@@ -75,19 +94,11 @@ LOCK = """SELECT count(pg_advisory_xact_lock(hashtext('{outbox}'), k.h))
 FROM (SELECT DISTINCT hashtext(n) AS h FROM unnest($1::text[]) AS n ORDER BY h) AS k"""
 """Take the advisory locks named ``$1`` (a text array), in ``hashtext`` order."""
 
-# Enqueue (after LOCK). ``old`` is the stored entry in this statement's snapshot; ``ins``
-# inserts the call, or replaces an entry whose retention ended (a fresh seq, the token
-# kept so a stale holder cannot record over the new entry); ``sup`` supersedes the
-# pending entries of the same bot and collapse key, only when ``ins`` wrote. When nothing
-# comes back (the key was committed by a transaction this snapshot cannot see: the
-# unique index made the insert wait for it), the caller runs the statement again.
-_ENQUEUE = (
-    NOW_CTE
-    + """,
-old AS (SELECT {cols} FROM {outbox} WHERE key = $1::text),
-pk AS (SELECT EXISTS (SELECT 1 FROM {parked} p
-                      WHERE p.bot_id = $2::bigint AND p.ordering_key = $5::text) AS yes),
-ins AS (
+# The insert of a call, or the replacement of an entry whose retention ended (a fresh
+# seq, the token kept so a stale holder cannot record over the new entry); ``{source}``
+# gives ``c`` (now) and ``pk.yes`` (the chat is parked).
+_INSERT_CALL = (
+    """
   INSERT INTO {outbox} AS o
     (key, bot_id, method, params, ordering_key, collapse_key, policy, priority, retention,
      status, attempts, token, created_at, available_at, lease_expires_at, settled_at,
@@ -95,7 +106,7 @@ ins AS (
   SELECT $1::text, $2::bigint, $3::text, $4::bytea, $5::text, $6::text, $7::text,
          $8::integer, $9::float8, CASE WHEN pk.yes THEN 'parked' ELSE 'pending' END,
          0, 0, c.now, c.now, 0, CASE WHEN pk.yes THEN c.now ELSE 0 END, NULL, NULL
-  FROM c, pk
+  FROM {source}
   ON CONFLICT (key) DO UPDATE SET
     seq = excluded.seq, bot_id = excluded.bot_id, method = excluded.method,
     params = excluded.params, ordering_key = excluded.ordering_key,
@@ -106,7 +117,27 @@ ins AS (
   WHERE """
     + _EXPIRED.format(a="o")
     + """
-  RETURNING {ocols}
+  RETURNING {ocols}"""
+)
+_RESULT = """
+SELECT true AS written, ins.* FROM ins
+UNION ALL
+SELECT false, old.* FROM old WHERE NOT EXISTS (SELECT 1 FROM ins)"""
+
+# Enqueue (after LOCK). ``old`` is the stored entry in this statement's snapshot; ``ins``
+# inserts the call or replaces an expired entry; ``sup`` supersedes the pending entries
+# of the same bot and collapse key, only when ``ins`` wrote. When nothing comes back (the
+# key was committed by a transaction this snapshot cannot see: the unique index made the
+# insert wait for it), the caller runs the statement again.
+_ENQUEUE = (
+    NOW_CTE
+    + """,
+old AS (SELECT {cols} FROM {outbox} WHERE key = $1::text),
+pk AS (SELECT EXISTS (SELECT 1 FROM {parked} p
+                      WHERE p.bot_id = $2::bigint AND p.ordering_key = $5::text) AS yes),
+ins AS ("""
+    + _INSERT_CALL.replace("{source}", "c, pk")
+    + """
 ),
 sup AS (
   UPDATE {outbox} AS s SET status = 'superseded', settled_at = c.now, result = $10::bytea
@@ -114,10 +145,34 @@ sup AS (
   WHERE $6::text IS NOT NULL AND s.bot_id = $2::bigint AND s.collapse_key = $6::text
     AND s.status = 'pending' AND s.key <> $1::text AND EXISTS (SELECT 1 FROM ins)
   RETURNING 1
+)"""
+    + _RESULT
 )
-SELECT true AS written, ins.* FROM ins
-UNION ALL
-SELECT false, old.* FROM old WHERE NOT EXISTS (SELECT 1 FROM ins)"""
+
+# Enqueue of a call without a collapse key in one statement (no LOCK before it): ``lk``
+# takes the chat's advisory lock ($10, :func:`unit_lock`) and everything that must
+# follow it reads ``lk``: the parked mark (``FOR KEY SHARE``: a mark deleted by an
+# unpark that committed while this statement waited for the lock is skipped, not read
+# from the older snapshot) and the insert, whose ``seq`` is drawn only once ``lk`` has
+# its row (the lock held). See the module docstring for what the older snapshot can miss.
+_ENQUEUE_LOCKED = (
+    NOW_CTE
+    + """,
+lk AS MATERIALIZED (
+  SELECT count(pg_advisory_xact_lock(hashtext('{outbox}'), hashtext($10::text))) AS n
+),
+old AS (SELECT {cols} FROM {outbox} WHERE key = $1::text),
+ins AS ("""
+    + _INSERT_CALL.replace(
+        "{source}",
+        """c, lk, LATERAL (SELECT EXISTS (
+         SELECT 1 FROM {parked} p
+         WHERE p.bot_id = $2::bigint AND p.ordering_key = $5::text AND lk.n > 0
+         FOR KEY SHARE OF p) AS yes) AS pk""",
+    )
+    + """
+)"""
+    + _RESULT
 )
 
 _TAKE = (
@@ -288,6 +343,7 @@ _EXISTS = "SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS
 _STATEMENTS: dict[str, tuple[str, int]] = {
     "lock": (LOCK, 0),
     "enqueue": (_ENQUEUE, 11),
+    "enqueue_locked": (_ENQUEUE_LOCKED, 11),
     "take": (_TAKE, 5),
     "deliver": (_DELIVER, 4),
     "settle": (_SETTLE, 5),

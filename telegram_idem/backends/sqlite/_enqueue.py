@@ -9,6 +9,13 @@ driver (:func:`run_steps`) or an awaiting one, never written twice.
 The first statement is a write, so even in a transaction the bot opened ``DEFERRED``,
 SQLite takes the write lock before anything is read: the decision (stored already? chat
 parked? which pending calls collapse?) cannot race another process's enqueue.
+
+A new key is one statement: the insert (parked chat read inside it) returns the entry. A
+key whose entry's retention is over is replaced by the same statement (an upsert: a new
+``seq`` at the back of its chat, the ``token`` kept, so a stale holder of the old entry
+can never record over the new one). A key that is still stored returns nothing there, and
+a second statement reads it; a call with a ``collapse_key`` adds the statement that
+supersedes the older pending calls.
 """
 
 from __future__ import annotations
@@ -44,22 +51,28 @@ COLUMNS = (
 )
 """The columns :func:`entry_of` reads, in its order."""
 
-# A delivered or superseded entry past its retention no longer answers for its key.
-_DROP_EXPIRED = "DELETE FROM idem_outbox WHERE key = :key AND expires_at <= :now"
-
+# Inserts the call, or replaces an entry of its key whose retention is over (delivered
+# or superseded past ``expires_at``): a fresh seq, the token kept. A live key: no row.
+# It starts with INSERT (no WITH): sqlite3's legacy transaction control opens the bot's
+# transaction before a statement only by its first word.
 _INSERT = f"""
-WITH chat(parked) AS (
-    SELECT EXISTS (SELECT 1 FROM idem_outbox_parked
-                   WHERE bot_id = :bot_id AND ordering_key = :unit)
-)
 INSERT INTO idem_outbox (key, bot_id, method, params, ordering_key, collapse_key, policy,
     priority, retention, status, attempts, token, created_at, available_at,
     lease_expires_at, settled_at)
 SELECT :key, :bot_id, :method, :params, :unit, :collapse_key, :policy, :priority,
     :retention, CASE WHEN parked THEN 'parked' ELSE 'pending' END, 0, 0, :now, :now, 0,
     CASE WHEN parked THEN :now ELSE 0 END
-FROM chat WHERE true
-ON CONFLICT (key) DO NOTHING
+FROM (SELECT EXISTS (SELECT 1 FROM idem_outbox_parked
+                     WHERE bot_id = :bot_id AND ordering_key = :unit) AS parked) WHERE true
+ON CONFLICT (key) DO UPDATE SET
+    seq = (SELECT MAX(seq) + 1 FROM idem_outbox), bot_id = excluded.bot_id,
+    method = excluded.method, params = excluded.params,
+    ordering_key = excluded.ordering_key, collapse_key = excluded.collapse_key,
+    policy = excluded.policy, priority = excluded.priority, retention = excluded.retention,
+    status = excluded.status, attempts = 0, created_at = excluded.created_at,
+    available_at = excluded.available_at, lease_expires_at = 0,
+    settled_at = excluded.settled_at, expires_at = NULL, result = NULL, last_error = NULL
+WHERE expires_at <= :now
 RETURNING {COLUMNS}
 """
 
@@ -108,7 +121,6 @@ def superseded_by(key: str) -> bytes:
 def enqueue_steps(call: NewCall, now: float) -> Steps:
     """The statements of one enqueue of ``call`` at ``now`` (seconds on the store's clock);
     see the module docstring. Returns ``(entry, stored_now)``."""
-    yield _DROP_EXPIRED, {"key": call.key, "now": now}
     rows = yield (
         _INSERT,
         {

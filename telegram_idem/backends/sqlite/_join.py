@@ -4,6 +4,16 @@ must be on, and the enqueue statements run there without committing.
 Accepted: a :class:`sqlite3.Connection` (its statements run on the calling thread, as
 the bot's own do) and an ``aiosqlite.Connection`` (on aiosqlite's thread). aiosqlite is
 never imported here: a connection of it can only exist once its module is loaded.
+
+A connection's main database never changes while it is open, so :class:`Joined` checks it
+once per connection (``PRAGMA database_list``, both paths resolved) and remembers the
+connections that passed without keeping them alive: an ``aiosqlite.Connection`` (or a
+subclass of :class:`sqlite3.Connection`) by a weak reference; a plain
+:class:`sqlite3.Connection` cannot be weakly referenced, so it is given a SQL function
+(:data:`MARK`) whose Python callable only that connection holds, and is remembered by its
+``id`` and a weak reference to that callable: the callable dies with the connection (or
+when it is closed), before its ``id`` can be reused, so a later connection at the same
+address is checked anew.
 """
 
 from __future__ import annotations
@@ -11,7 +21,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from telegram_idem.backends.sqlite._enqueue import Steps, plain_rows, run_steps
@@ -21,10 +32,14 @@ from telegram_idem.outbox import OutboxEntry
 if TYPE_CHECKING:
     import aiosqlite
 
-__all__ = ["ACCEPTED", "check_database", "check_open", "run_steps_in"]
+__all__ = ["ACCEPTED", "MARK", "Joined", "check_database", "check_open", "run_steps_in"]
 
 ACCEPTED = "a sqlite3.Connection or an aiosqlite.Connection"
 """How messages name the connection types :func:`run_steps_in` takes."""
+
+MARK = "telegram_idem_joined"
+"""The SQL function (no arguments, returns ``NULL``) :class:`Joined` registers on a plain
+:class:`sqlite3.Connection` it checked: its mark that the connection is on the file."""
 
 _LEGACY = getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", -1)
 
@@ -68,16 +83,83 @@ def check_open(conn: sqlite3.Connection | aiosqlite.Connection, name: str) -> No
         )
 
 
-async def _aiosqlite_rows(
-    conn: aiosqlite.Connection, sql: str, params: Any = ()
-) -> list[tuple[Any, ...]]:
-    cur = await conn.cursor()
-    cur.row_factory = None  # plain tuples, whatever the bot's connection makes
-    try:
-        await cur.execute(sql, params)
-        return [tuple(row) for row in await cur.fetchall()]
-    finally:
-        await cur.close()
+def _new_mark() -> Callable[[], None]:
+    def mark() -> None:  # a callable of its own per connection: its identity is the mark
+        return None
+
+    return mark
+
+
+class Joined:
+    """The bot connections found on the store's file ``path``, each checked once (see
+    the module docstring); a connection that failed is checked again on its next use.
+
+    Args:
+        path: the store's database file.
+        name: how messages name the outbox.
+    """
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path = path
+        self.name = name
+        self._weak: weakref.WeakKeyDictionary[object, None] = weakref.WeakKeyDictionary()
+        self._marks: dict[int, weakref.ref[Callable[[], None]]] = {}
+
+    def _known(self, conn: object) -> bool:
+        mark = self._marks.get(id(conn))
+        if mark is not None and mark() is not None:
+            return True
+        try:
+            return conn in self._weak
+        except TypeError:  # not weakly referenceable: only a mark can know it
+            return False
+
+    def _remember_sqlite3(self, conn: sqlite3.Connection) -> None:
+        try:
+            self._weak[conn] = None
+            return
+        except TypeError:  # a plain sqlite3.Connection
+            pass
+        mark, key = _new_mark(), id(conn)
+        conn.create_function(MARK, 0, mark)
+        marks = self._marks
+
+        def gone(ref: weakref.ref[Callable[[], None]]) -> None:
+            if marks.get(key) is ref:
+                del marks[key]
+
+        marks[key] = weakref.ref(mark, gone)
+
+    def check_sqlite3(self, conn: sqlite3.Connection) -> None:
+        """Accept ``conn`` if it is on the store's file (checked on its first use).
+
+        Raises:
+            ConfigurationError: as :func:`check_database`.
+            sqlite3.Error: from SQLite (a closed connection), untranslated.
+        """
+        if self._known(conn):
+            return
+        check_database(plain_rows(conn, "PRAGMA database_list"), self.path, self.name)
+        self._remember_sqlite3(conn)
+
+    async def check_aiosqlite(self, conn: aiosqlite.Connection) -> None:
+        """As :meth:`check_sqlite3`, for an ``aiosqlite.Connection``.
+
+        Raises:
+            ConfigurationError: as :func:`check_database`.
+            sqlite3.Error, ValueError: from aiosqlite (a closed connection), untranslated.
+        """
+        if self._known(conn):
+            return
+        cur = await conn.cursor()
+        try:
+            cur.row_factory = None
+            await cur.execute("PRAGMA database_list")
+            rows = [tuple(row) for row in await cur.fetchall()]
+        finally:
+            await cur.close()
+        check_database(rows, self.path, self.name)
+        self._weak[conn] = None
 
 
 def _as_aiosqlite(conn: object) -> aiosqlite.Connection | None:
@@ -88,17 +170,30 @@ def _as_aiosqlite(conn: object) -> aiosqlite.Connection | None:
     return None
 
 
-async def run_steps_in(
-    conn: object, steps: Steps, *, path: str, name: str
-) -> tuple[OutboxEntry, bool]:
-    """Run ``steps`` on the bot's connection ``conn``, inside its open transaction, after
-    checking it is on the database file ``path``. Never commits or rolls back.
+async def _run_aiosqlite(conn: aiosqlite.Connection, steps: Steps) -> tuple[OutboxEntry, bool]:
+    cur = await conn.cursor()
+    cur.row_factory = None  # plain tuples, whatever the bot's connection makes
+    try:
+        sql, params = next(steps)
+        while True:
+            await cur.execute(sql, params)
+            rows = [tuple(row) for row in await cur.fetchall()]
+            sql, params = steps.send(rows)
+    except StopIteration as done:
+        result: tuple[OutboxEntry, bool] = done.value
+        return result
+    finally:
+        await cur.close()
+
+
+async def run_steps_in(conn: object, steps: Steps, joined: Joined) -> tuple[OutboxEntry, bool]:
+    """Run ``steps`` on the bot's connection ``conn``, inside its open transaction, once
+    ``joined`` accepts it (on the store's file). Never commits or rolls back.
 
     Args:
         conn: a :class:`sqlite3.Connection` or an ``aiosqlite.Connection``.
         steps: the statements (:func:`~telegram_idem.backends.sqlite._enqueue.enqueue_steps`).
-        path: the store's database file.
-        name: how messages name the outbox.
+        joined: the outbox's checked connections (its file, its name for messages).
 
     Raises:
         ConfigurationError: ``conn`` is of another type (the message names the accepted
@@ -106,21 +201,15 @@ async def run_steps_in(
         sqlite3.Error: from SQLite, untranslated.
     """
     if isinstance(conn, sqlite3.Connection):
-        check_database(plain_rows(conn, "PRAGMA database_list"), path, name)
-        check_open(conn, name)
+        joined.check_sqlite3(conn)
+        check_open(conn, joined.name)
         return run_steps(conn, steps)
     aio = _as_aiosqlite(conn)
     if aio is None:
         raise ConfigurationError(
-            f"{name}.enqueue_in takes {ACCEPTED} on the store's database, "
+            f"{joined.name}.enqueue_in takes {ACCEPTED} on the store's database, "
             f"got {type(conn).__module__}.{type(conn).__qualname__}"
         )
-    check_database(await _aiosqlite_rows(aio, "PRAGMA database_list"), path, name)
-    check_open(aio, name)
-    try:
-        sql, params = next(steps)
-        while True:
-            sql, params = steps.send(await _aiosqlite_rows(aio, sql, params))
-    except StopIteration as done:
-        result: tuple[OutboxEntry, bool] = done.value
-        return result
+    await joined.check_aiosqlite(aio)
+    check_open(aio, joined.name)
+    return await _run_aiosqlite(aio, steps)

@@ -23,7 +23,7 @@ from telegram_idem.backends.sqlite._enqueue import (
     entry_of,
     run_steps,
 )
-from telegram_idem.backends.sqlite._join import run_steps_in
+from telegram_idem.backends.sqlite._join import Joined, run_steps_in
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.outbox import CallStatus, NewCall, Outbox, OutboxEntry
 
@@ -72,6 +72,8 @@ class SQLiteOutbox(Outbox):
         self._db = connection
         self._purge_every = purge_every
         self._enqueues = 0
+        self._set_up = False  # the file is set up (the store's first use is behind)
+        self._joined = Joined(connection.path, repr(self))
 
     def __repr__(self) -> str:
         return f"{self._db.name}.outbox()"
@@ -129,30 +131,43 @@ class SQLiteOutbox(Outbox):
 
         Raises:
             ConfigurationError: ``conn`` is neither connection type, is on another
-                database file (compared by ``PRAGMA database_list``, paths resolved), or
-                is in autocommit mode outside a transaction, or the store's file is not set
-                up and cannot be now (see above).
+                database file (compared by ``PRAGMA database_list``, paths resolved, on
+                the connection's first use: see
+                :mod:`~telegram_idem.backends.sqlite._join`), or is in autocommit mode
+                outside a transaction, or the store's file is not set up and cannot be
+                now (see above).
             StoreError: SQLite could not answer (a lock wait past the ``busy_timeout``
-                of ``conn``).
+                of ``conn``), or the store was closed before this call set its file up.
+
+        Cost: after the store's first use, no wait on the store's thread (so, once set
+        up, it writes on ``conn`` even after the store is closed: nothing goes through
+        the store); on a connection already checked, one statement for a new key (two
+        for a key stored already or a ``collapse_key``), run directly on ``conn``.
         """
         db = self._db
+        if not self._set_up:
+            await db.call("enqueue_in", self._set_up_file)
 
         async def job() -> tuple[OutboxEntry, bool]:
-            try:  # the outbox's tables must exist; the bot's transaction may hold the lock
-                await db.open(wait=False)
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc):
-                    raise
-                raise ConfigurationError(
-                    f"{self!r}.enqueue_in: the store has not set up its file yet and cannot "
-                    "while another connection (the bot's transaction, likely) holds its lock: "
-                    "use the store once before the bot's first transaction (any call, e.g. "
-                    "await outbox.counts())"
-                ) from exc
-            steps = enqueue_steps(call, db.clock())
-            return await run_steps_in(conn, steps, path=db.path, name=repr(self))
+            return await run_steps_in(conn, enqueue_steps(call, db.clock()), self._joined)
 
         return await db.call("enqueue_in", job)
+
+    async def _set_up_file(self) -> None:
+        """The store's file set up (once: later enqueues run on the bot's connection
+        only, with no wait on the store's thread)."""
+        try:  # the outbox's tables must exist; the bot's transaction may hold the lock
+            await self._db.open(wait=False)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise ConfigurationError(
+                f"{self!r}.enqueue_in: the store has not set up its file yet and cannot "
+                "while another connection (the bot's transaction, likely) holds its lock: "
+                "use the store once before the bot's first transaction (any call, e.g. "
+                "await outbox.counts())"
+            ) from exc
+        self._set_up = True
 
     def _take_in(
         self, conn: sqlite3.Connection, now: float, params: dict[str, Any]
