@@ -614,9 +614,10 @@ def flood_table(rows: list[FloodRow], messages: int) -> list[str]:
         "reserved at the budget's edge can reach the server ahead of the one reserved before "
         "it and is refused (and a 429 pauses every relay of the bot for its `retry_after`). "
         "A 5 % lower rate (`scaled(0.95)`) gains room only call by call, so the first calls "
-        "after the opening burst can still be refused; a global burst 3 calls smaller than "
-        "the server's leaves ~100 ms of room from the first call on and costs none of the "
-        "rate.",
+        "after the opening burst can still be refused. FloodControl's default, "
+        "`Limits().with_headroom()`, keeps the server's rates with bursts a tenth smaller "
+        "(27 in all, 2 per chat): ~100 ms of room from the first call on, at none of the "
+        "rate; *of allowed* counts the burst it leaves unused at the start against it.",
     ]
     return lines
 
