@@ -14,6 +14,10 @@ that cannot be found is a skip with the reason, or a failure when stores are req
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -27,6 +31,7 @@ from services import (
     UrlFactory,
     load_services_script,
     redis_url,
+    service_missing,
 )
 
 from telegram_idem.testing.plugin import isolated_urls
@@ -114,6 +119,29 @@ def start_private_cluster(config: pytest.Config) -> str:
     except (redis.exceptions.RedisError, OSError) as exc:
         raise ServiceUnavailable(f"Redis Cluster not reachable at {url}: {exc}") from exc
     return url
+
+
+def private_redis_server(prefix: str) -> Iterator[int]:
+    """A redis-server of the caller's own on a free port, for the life of the generator
+    (kill -9 and its directory removed after): for tests that read the server's command
+    statistics, which no other test may touch. Skips (or fails, see services) without
+    ``redis-server``."""
+    if shutil.which("redis-server") is None:
+        service_missing("redis-server is not installed: no private server")
+    module = load_services_script()
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    port = module.free_port()
+    try:
+        pid = module.start_redis_server(directory, port)
+    except module.ServiceError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        service_missing(f"private redis-server failed: {exc}")
+    yield port
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def redis_base_url() -> str:

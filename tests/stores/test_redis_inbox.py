@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import shutil
-import signal
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from fixtures_redis import load_services_script
+from fixtures_redis import private_redis_server
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from services import service_missing
 
 from telegram_idem import ConfigurationError, ManualClock, Outcome, Status
 from telegram_idem.backends.memory import MemoryStore
@@ -69,22 +63,7 @@ def inbox_of(store: RedisStore) -> RedisInbox:
 @pytest.fixture(scope="module")
 def stats_port() -> Iterator[int]:
     """A private redis-server whose command statistics only this module touches."""
-    if shutil.which("redis-server") is None:
-        service_missing("redis-server is not installed: no private server")
-    module = load_services_script()
-    directory = Path(tempfile.mkdtemp(prefix="idem-redis-inbox-test-"))
-    port = module.free_port()
-    try:
-        pid = module.start_redis_server(directory, port)
-    except module.ServiceError as exc:
-        shutil.rmtree(directory, ignore_errors=True)
-        service_missing(f"private redis-server failed: {exc}")
-    yield port
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    shutil.rmtree(directory, ignore_errors=True)
+    yield from private_redis_server("idem-redis-inbox-test-")
 
 
 @pytest.fixture

@@ -9,20 +9,14 @@ commandstats`` counts the commands scripts run), as in ``test_redis_inbox.py``.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import signal
 import sys
-import tempfile
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import pytest
-from fixtures_redis import load_services_script
+from fixtures_redis import private_redis_server
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from services import service_missing
 
 from telegram_idem import ConfigurationError, ManualClock
 from telegram_idem.backends.redis import RedisFloodBudget, RedisOutbox, RedisStore
@@ -77,22 +71,7 @@ async def enqueue_all(outbox: RedisOutbox, calls: list[NewCall]) -> None:
 @pytest.fixture(scope="module")
 def stats_port() -> Iterator[int]:
     """A private redis-server whose command statistics only this module touches."""
-    if shutil.which("redis-server") is None:
-        service_missing("redis-server is not installed: no private server")
-    module = load_services_script()
-    directory = Path(tempfile.mkdtemp(prefix="idem-redis-outbox-test-"))
-    port = module.free_port()
-    try:
-        pid = module.start_redis_server(directory, port)
-    except module.ServiceError as exc:
-        shutil.rmtree(directory, ignore_errors=True)
-        service_missing(f"private redis-server failed: {exc}")
-    yield port
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    shutil.rmtree(directory, ignore_errors=True)
+    yield from private_redis_server("idem-redis-outbox-test-")
 
 
 @pytest.fixture
