@@ -49,7 +49,13 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from telegram_idem.errors import MalformedUpdateError, PermanentUpdateError, StoreError
+from telegram_idem.errors import (
+    MalformedUpdateError,
+    PermanentUpdateError,
+    SendFailedError,
+    StoreError,
+    UnknownOutcomeError,
+)
 from telegram_idem.inbox._base import Inbox, InboxEntry
 from telegram_idem.inbox._entries import decode_payload
 
@@ -64,7 +70,15 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 def _default_permanent() -> tuple[type[BaseException], ...]:
-    found: list[type[BaseException]] = [PermanentUpdateError, MalformedUpdateError]
+    found: list[type[BaseException]] = [
+        PermanentUpdateError,
+        MalformedUpdateError,
+        # An outbox call the handler made is held as unknown, or was refused for good
+        # (a dead letter, a parked chat): running the update again replays the same
+        # answer until an operator settles the call, so retrying only burns attempts.
+        UnknownOutcomeError,
+        SendFailedError,
+    ]
     try:  # aiogram parses updates with pydantic; a ValidationError never heals
         from pydantic import ValidationError
     except ImportError:  # pragma: no cover - pydantic comes with aiogram
@@ -76,8 +90,13 @@ def _default_permanent() -> tuple[type[BaseException], ...]:
 
 DEFAULT_PERMANENT_ERRORS: tuple[type[BaseException], ...] = _default_permanent()
 """Errors that dead-letter an entry at once: :class:`~telegram_idem.errors.PermanentUpdateError`,
-:class:`~telegram_idem.errors.MalformedUpdateError` and pydantic's ``ValidationError``
-(aiogram cannot parse the update) when pydantic is installed."""
+:class:`~telegram_idem.errors.MalformedUpdateError`, pydantic's ``ValidationError``
+(aiogram cannot parse the update) when pydantic is installed, and the outbox's
+:class:`~telegram_idem.errors.UnknownOutcomeError` and
+:class:`~telegram_idem.errors.SendFailedError` (with :class:`~telegram_idem.errors.ChatParkedError`):
+a call the handler made is unknown or refused, and running the update again replays that
+answer until the call is settled (``resolve``/``redrive``/``unpark`` it, then redrive the
+update)."""
 
 
 class _Beat:

@@ -286,7 +286,7 @@ class Outbound:
             await asyncio.wait({inline}, timeout=wait)
             if inline.done() and not inline.cancelled() and inline.exception() is not None:
                 raise inline.exception()  # type: ignore[misc]
-        return await self.result(effect, wait=max(deadline - time.monotonic(), 0.0))
+        return await self._outcome(effect, deadline, wait)
 
     async def enqueue(
         self,
@@ -345,7 +345,11 @@ class Outbound:
                 after its retention).
             StoreError: the store could not answer.
         """
-        deadline = time.monotonic() + wait
+        return await self._outcome(key, time.monotonic() + wait, wait)
+
+    async def _outcome(self, key: str, deadline: float, wait: float) -> Any:
+        """:meth:`result` until ``deadline`` (``time.monotonic()``); ``wait`` is what the
+        caller asked for, named in the timeout error."""
         current = key
         pause = 0.01
         while True:

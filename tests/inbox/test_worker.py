@@ -17,7 +17,15 @@ import pytest
 from aiogram import Bot, Dispatcher
 from aiogram.types import Message
 
-from telegram_idem import Idem, ManualClock, PermanentUpdateError, StoreError
+from telegram_idem import (
+    ChatParkedError,
+    Idem,
+    ManualClock,
+    PermanentUpdateError,
+    SendFailedError,
+    StoreError,
+    UnknownOutcomeError,
+)
 from telegram_idem.adapters.aiogram import inbox_dispatch
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.backends.redis import RedisStore
@@ -308,6 +316,35 @@ async def test_a_permanent_error_is_a_dead_letter_at_once(inbox: Inbox) -> None:
     assert calls == [1]
     [dead] = await inbox.dead_letters()
     assert dead.attempts == 1 and dead.last_error == "PermanentUpdateError: cannot parse"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnknownOutcomeError("sendMessage idem:7:o:x: the outcome is unknown", key="idem:7:o:x"),
+        SendFailedError("sendMessage: dead: 400: chat not found", key="idem:7:o:y"),
+        ChatParkedError("sendMessage: parked: 403: bot was blocked", key="idem:7:o:z"),
+    ],
+    ids=["unknown", "dead", "parked"],
+)
+async def test_a_handler_whose_outbox_call_is_unsettled_is_a_dead_letter_at_once(
+    inbox: Inbox, error: Exception
+) -> None:
+    """Running the update again would replay the same unknown or refused call: the entry
+    is dead-lettered at its first attempt, for the operator to settle the call and
+    redrive the update, not retried until max_attempts."""
+    calls: list[int] = []
+
+    async def dispatch(update: dict[str, Any]) -> None:
+        calls.append(update["update_id"])
+        raise error
+
+    await inbox.admit(entry(1, "chat:a"), retention=RETENTION)
+    worker = InboxWorker(inbox, dispatch, max_attempts=5, backoff_base=5, poll_interval=0.01)
+    assert await worker.run_once() is True
+    assert calls == [1]
+    [dead] = await inbox.dead_letters()
+    assert dead.attempts == 1 and type(error).__name__ in (dead.last_error or "")
 
 
 async def test_an_update_aiogram_cannot_parse_is_a_dead_letter_without_blocking_its_chat(

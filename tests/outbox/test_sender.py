@@ -116,7 +116,7 @@ async def test_not_delivered_within_wait_stays_queued(fake_api: FakeBotAPI) -> N
     await out.call("sendMessage", {"chat_id": 1, "text": "first"}, key="a", wait=None)
     held = await store.outbox().take(bot_id=BOT_ID, lease=60.0)  # in flight elsewhere
     assert held is not None
-    with pytest.raises(DeliveryTimeoutError):
+    with pytest.raises(DeliveryTimeoutError, match=r"within 0\.2 s"):
         await out.call("sendMessage", {"chat_id": 1, "text": "second"}, key="b", wait=0.2)
     entry = await store.outbox().get(out.keys.effect(BOT_ID, "b"))
     assert entry is not None and entry.status is CallStatus.PENDING
