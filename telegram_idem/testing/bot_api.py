@@ -71,7 +71,6 @@ import aiohttp
 from aiohttp import web
 
 from telegram_idem.flood import Limits, buckets_for, decide
-from telegram_idem.testing._assertions import check_no_429, check_no_repeated_text, check_sent_once
 from telegram_idem.testing._faults import (
     BLOCKED,
     MIGRATED,
@@ -81,6 +80,7 @@ from telegram_idem.testing._faults import (
     FaultKind,
 )
 from telegram_idem.testing._loopback import LoopbackServer
+from telegram_idem.testing._sent import check_no_429, check_no_repeated_text, check_sent_once
 
 __all__ = [
     "BLOCKED",

