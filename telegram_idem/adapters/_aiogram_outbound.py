@@ -32,7 +32,6 @@ from aiogram.exceptions import (
     TelegramEntityTooLarge,
     TelegramForbiddenError,
     TelegramNotFound,
-    TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
 from aiogram.methods import Response, TelegramMethod
@@ -51,7 +50,7 @@ from telegram_idem.adapters._outbound_common import (
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
-from telegram_idem.flood import FloodControl
+from telegram_idem.flood import FloodControl, retry_after_of
 from telegram_idem.outbox import FileRef, Outbound
 
 __all__ = [
@@ -247,10 +246,6 @@ class OutboxSessionMiddleware(BaseRequestMiddleware):
         return cast(Response[TelegramType], returned(bot, method, result))
 
 
-def _retry_after(exc: Exception) -> float | None:
-    return float(exc.retry_after) if isinstance(exc, TelegramRetryAfter) else None
-
-
 class FloodControlMiddleware(BaseRequestMiddleware):
     """Pace every Bot API call of an aiogram ``Bot`` by flood control shared by every
     process of the bot (no outbox): ``bot.session.middleware(FloodControlMiddleware(flood))``.
@@ -299,7 +294,7 @@ class FloodControlMiddleware(BaseRequestMiddleware):
             name,
             hints,
             lambda: make_request(bot, method),
-            _retry_after,
+            retry_after_of,
             priority=self.priority,
             max_retries=self.max_retries,
         )

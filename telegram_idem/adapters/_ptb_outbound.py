@@ -15,7 +15,6 @@ through the limiter unchanged and PTB still builds its own objects from the resu
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Callable, Coroutine, Mapping
 from enum import Enum
@@ -27,7 +26,6 @@ from telegram.error import (
     Conflict,
     Forbidden,
     InvalidToken,
-    RetryAfter,
     TelegramError,
 )
 from telegram.ext import BaseRateLimiter
@@ -39,7 +37,7 @@ from telegram_idem.adapters._outbound_common import (
     paced,
 )
 from telegram_idem.errors import ChatParkedError, SendFailedError
-from telegram_idem.flood import FloodControl
+from telegram_idem.flood import FloodControl, retry_after_of
 from telegram_idem.outbox import FileRef, Outbound
 
 __all__ = ["FloodRateLimiter", "OutboxRateLimiter", "request_params", "to_ptb_error"]
@@ -214,13 +212,6 @@ class OutboxRateLimiter(BaseRateLimiter[int]):
         return result
 
 
-def _retry_after(exc: Exception) -> float | None:
-    if not isinstance(exc, RetryAfter):
-        return None
-    pause = exc.retry_after  # an int, or a timedelta under PTB_TIMEDELTA
-    return pause.total_seconds() if isinstance(pause, datetime.timedelta) else float(pause)
-
-
 class FloodRateLimiter(BaseRateLimiter[int]):
     """Pace every Bot API call of a PTB application by flood control shared by every
     process of the bot (no outbox):
@@ -275,7 +266,7 @@ class FloodRateLimiter(BaseRateLimiter[int]):
             endpoint,
             hints,
             lambda: callback(*args, **kwargs),
-            _retry_after,
+            retry_after_of,
             priority=rate_limit_args or 0,
             max_retries=self.max_retries,
         )

@@ -20,6 +20,7 @@ from telegram_idem.flood._limits import (
     is_group_chat,
     is_message,
 )
+from telegram_idem.flood._retry_after import retry_after_of
 
 __all__ = [
     "BULK",
@@ -33,4 +34,5 @@ __all__ = [
     "decide",
     "is_group_chat",
     "is_message",
+    "retry_after_of",
 ]
