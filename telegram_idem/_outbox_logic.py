@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import replace
 
-from telegram_idem.outbox import CallStatus, NewCall, OutboxEntry
+from telegram_idem.outbox import LIVE, REDRIVABLE, SETTLED, CallStatus, NewCall, OutboxEntry
 
 __all__ = [
     "LIVE",
@@ -33,15 +33,6 @@ __all__ = [
     "taken",
     "unparked",
 ]
-
-LIVE = frozenset({CallStatus.PENDING, CallStatus.IN_FLIGHT})
-"""Statuses that hold a chat's turn."""
-
-SETTLED = frozenset({CallStatus.DELIVERED, CallStatus.SUPERSEDED})
-"""Statuses whose entries expire ``retention`` seconds after they settled."""
-
-REDRIVABLE = frozenset({CallStatus.DEAD, CallStatus.UNKNOWN, CallStatus.PARKED})
-"""Statuses an operator's ``redrive`` puts back to ``PENDING``."""
 
 
 def new_entry(call: NewCall, seq: int, now: float, *, parked: bool) -> OutboxEntry:

@@ -14,7 +14,16 @@
 import importlib as _importlib
 import typing as _typing
 
-from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, NewCall, Outbox, OutboxEntry
+from telegram_idem.outbox._base import (
+    LIVE,
+    REDRIVABLE,
+    SETTLED,
+    AmbiguousPolicy,
+    CallStatus,
+    NewCall,
+    Outbox,
+    OutboxEntry,
+)
 from telegram_idem.outbox._calls import (
     COLLAPSING_METHODS,
     SAFE_TO_REPEAT,
@@ -46,7 +55,10 @@ the stores, which import this package for the contract, need no HTTP client."""
 
 __all__ = [
     "COLLAPSING_METHODS",
+    "LIVE",
+    "REDRIVABLE",
     "SAFE_TO_REPEAT",
+    "SETTLED",
     "AmbiguousCall",
     "AmbiguousPolicy",
     "Answer",

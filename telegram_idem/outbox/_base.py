@@ -46,7 +46,16 @@ from typing import Literal
 
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["AmbiguousPolicy", "CallStatus", "NewCall", "Outbox", "OutboxEntry"]
+__all__ = [
+    "LIVE",
+    "REDRIVABLE",
+    "SETTLED",
+    "AmbiguousPolicy",
+    "CallStatus",
+    "NewCall",
+    "Outbox",
+    "OutboxEntry",
+]
 
 
 class CallStatus(StrEnum):
@@ -74,6 +83,9 @@ LIVE = frozenset({CallStatus.PENDING, CallStatus.IN_FLIGHT})
 
 SETTLED = frozenset({CallStatus.DELIVERED, CallStatus.SUPERSEDED})
 """Statuses whose entries expire ``retention`` seconds after they settled."""
+
+REDRIVABLE = frozenset({CallStatus.DEAD, CallStatus.UNKNOWN, CallStatus.PARKED})
+"""Statuses an operator's ``redrive`` puts back to ``PENDING``."""
 
 
 class AmbiguousPolicy(StrEnum):
