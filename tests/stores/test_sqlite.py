@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,32 @@ async def test_sqlite_purge_deletes_expired_records(tmp_path: Path, clock: Manua
         assert await s.get("k1") is not None
     finally:
         await s.close()
+
+
+def test_set_up_waits_out_a_lock_sqlite_reports_without_its_busy_handler(
+    tmp_path: Path,
+) -> None:
+    """A connection with no busy wait at all (``timeout=0``) sets a file up while
+    another holds it exclusively for a moment: the set-up retries until its deadline
+    instead of failing on the first "database is locked" (what 50 stores opening one new
+    file at once hit, because SQLite answers ``PRAGMA journal_mode=WAL`` that way
+    without calling the busy handler)."""
+    from telegram_idem.backends.sqlite._connection import _set_up
+
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            _set_up(conn, deadline=0.0)
+        _set_up(conn, deadline=time.monotonic() + 5)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"idem_records", "idem_inbox", "idem_outbox"} <= tables
+    finally:
+        release.join()
+        conn.close()
+        holder.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,12 +83,7 @@ class SQLiteConnection:
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(RECORDS_SCHEMA)
-                conn.executescript(INBOX_SCHEMA)
-                conn.executescript(OUTBOX_SCHEMA)
-                conn.executescript(FLOOD_SCHEMA)
+                _set_up(conn, deadline=time.monotonic() + timeout)
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             except BaseException:
                 conn.close()
@@ -171,3 +167,33 @@ class SQLiteConnection:
             conn, self._conn = self._conn, None
             await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
         self._executor.shutdown(wait=False)
+
+
+def _set_up(conn: sqlite3.Connection, *, deadline: float) -> None:
+    """WAL mode and the tables on a new connection, retried until ``deadline``
+    (``time.monotonic()`` seconds) while another connection holds a lock.
+
+    SQLite answers ``PRAGMA journal_mode=WAL`` with "database is locked" *without*
+    calling the busy handler while another connection sets the file up or checkpoints
+    it, so the connection's ``timeout`` alone does not cover it: many processes (or
+    store objects) opening one new file at once saw that error. The mode is only
+    changed when it is not WAL already (a read), and the whole set-up is repeated with a
+    short back-off until it succeeds or ``deadline`` passes; then the last error is
+    raised.
+    """
+    pause = 0.005
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            for script in (RECORDS_SCHEMA, INBOX_SCHEMA, OUTBOX_SCHEMA, FLOOD_SCHEMA):
+                conn.executescript(script)
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
