@@ -13,18 +13,21 @@ from telegram_idem._codec import JsonCodec, ResultCodec
 from telegram_idem._context import Guard, UpdateContext, bind_update, current_update
 from telegram_idem._decorator import idempotent
 from telegram_idem._guard import Idem
+from telegram_idem._joined import JoinedTransaction
 from telegram_idem._keys import KeyBuilder, fingerprint, render_template
 from telegram_idem._ordering import Ordering
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem._updates import bot_id_from_token
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import (
+    AmbiguousEffectError,
     CallbackTokenError,
     ChatParkedError,
     ClaimError,
     ConfigurationError,
     ConflictError,
     DeliveryTimeoutError,
+    EffectError,
     ExpiredCallbackTokenError,
     ForgedCallbackTokenError,
     IdemError,
@@ -33,7 +36,10 @@ from telegram_idem.errors import (
     LockHeldError,
     LostClaimError,
     MalformedUpdateError,
+    NotAppliedError,
+    PermanentEffectError,
     PermanentUpdateError,
+    ResolveError,
     ResultEncodingError,
     SendError,
     SendFailedError,
@@ -51,6 +57,7 @@ __all__ = [
     "Admission",
     "AdmissionHost",
     "Admitted",
+    "AmbiguousEffectError",
     "CallbackTokenError",
     "CallbackTokens",
     "ChatParkedError",
@@ -60,12 +67,14 @@ __all__ = [
     "ConflictError",
     "DecisionEvent",
     "DeliveryTimeoutError",
+    "EffectError",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
     "Guard",
     "Idem",
     "IdemError",
     "InProgressError",
+    "JoinedTransaction",
     "JsonCodec",
     "KeyBuilder",
     "KeyTemplateError",
@@ -73,10 +82,13 @@ __all__ = [
     "LostClaimError",
     "MalformedUpdateError",
     "ManualClock",
+    "NotAppliedError",
     "Ordering",
     "Outcome",
+    "PermanentEffectError",
     "PermanentUpdateError",
     "Record",
+    "ResolveError",
     "ResultCodec",
     "ResultEncodingError",
     "SendError",

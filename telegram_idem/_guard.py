@@ -24,9 +24,11 @@ from telegram_idem._codec import JsonCodec, ResultCodec
 from telegram_idem._context import bind_action, bound_update, current_action, current_update
 from telegram_idem._heartbeat import heartbeat
 from telegram_idem._inbox_admission import admit_to_inbox
+from telegram_idem._joined import JoinedTransaction, bound_transaction
 from telegram_idem._keys import KeyBuilder
 from telegram_idem._locks import acquire_lock
 from telegram_idem._records import Claim, Outcome, Record
+from telegram_idem._transaction import run_joined, transaction
 from telegram_idem._updates import ordering_key
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import (
@@ -329,6 +331,20 @@ class Idem:
             retention, kept = max(lease, window), window
         else:
             retention = kept = retention or self.action_retention
+        joined = bound_transaction()
+        if joined is not None and joined.store is self.store:
+            return await run_joined(
+                self,
+                joined,
+                key,
+                fn,
+                fingerprint=fingerprint,
+                on_error=on_error,
+                lease=lease,
+                retention=retention,
+                handler=handler,
+                boundary=boundary,
+            )
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
         waited = False
@@ -398,6 +414,35 @@ class Idem:
             raise
         await self._finish_ok(key, token, value, retention)
         return value
+
+    # ---------------------------------------------------- joined transactions
+
+    def transaction(
+        self, conn: object
+    ) -> contextlib.AbstractAsyncContextManager[JoinedTransaction]:
+        """Record the actions and steps run inside the block in the bot's own database
+        transaction on ``conn``: each one's claim and completion (or a step's record)
+        commit or roll back together with the bot's writes and its outbox entries, so a
+        crash anywhere leaves all of them or none, and a concurrent duplicate blocks on
+        the key until this transaction ends, then replays.
+
+        The bot opens and commits the transaction; the block must run inside it::
+
+            async with pool.acquire() as conn, conn.transaction():
+                async with idem.transaction(conn):
+                    await credit(conn, ...)   # inside an @idempotent action or a step
+
+        Args:
+            conn: an asyncpg ``Connection``, an SQLAlchemy ``AsyncConnection`` or
+                ``AsyncSession``, a ``sqlite3.Connection`` or an ``aiosqlite.Connection``,
+                connected to the database that holds this guard's store.
+
+        Raises:
+            ConfigurationError: the store's records live outside the bot's database
+                (memory, Redis, DynamoDB), ``conn`` is of another kind, or it is
+                connected to another database.
+        """
+        return transaction(self, conn)
 
     # --------------------------------------------------------------- steps
 

@@ -21,7 +21,15 @@
     │   └── StoredFailureError       replay of a failure stored by ``on_error="store"``
     ├── ResultEncodingError          a handler result the codec cannot store
     ├── UnknownOutcomeError          an effect that may or may not have happened (an
-    │                                 ambiguous send held for reconciliation); carries ``key``
+    │                                 at-most-once step or action that was interrupted, or
+    │                                 an ambiguous send held for reconciliation); carries
+    │                                 ``key`` and what is known (``entry``)
+    ├── ResolveError                 ``Idem.resolve`` of a key that is not unresolved
+    ├── EffectError                  a marker an effect raises to say what its failure means
+    │   ├── NotAppliedError          it did not happen: release, a retry runs it
+    │   ├── PermanentEffectError     it failed for good: store the failure, retries replay it
+    │   └── AmbiguousEffectError     nobody knows: unknown under ``at_most``, release
+    │                                 under ``at_least``
     ├── SendError                    an outbox call that did not deliver; carries ``key``
     │   ├── SendFailedError          Telegram refused it for good (``error_code``,
     │   │   │                         ``description``): a dead letter
@@ -42,12 +50,14 @@ if TYPE_CHECKING:
     from telegram_idem._records import Record
 
 __all__ = [
+    "AmbiguousEffectError",
     "CallbackTokenError",
     "ChatParkedError",
     "ClaimError",
     "ConfigurationError",
     "ConflictError",
     "DeliveryTimeoutError",
+    "EffectError",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
     "IdemError",
@@ -56,7 +66,10 @@ __all__ = [
     "LockHeldError",
     "LostClaimError",
     "MalformedUpdateError",
+    "NotAppliedError",
+    "PermanentEffectError",
     "PermanentUpdateError",
+    "ResolveError",
     "ResultEncodingError",
     "SendError",
     "SendFailedError",
@@ -183,16 +196,56 @@ class ResultEncodingError(IdemError, TypeError):
 
 class UnknownOutcomeError(IdemError):
     """An effect may or may not have taken effect, and nobody can tell by retrying: an
-    outbox call under policy ``hold`` whose answer was lost. It is never re-run by itself;
-    an operator (or the bot) settles it (``Outbox.resolve`` / ``Outbox.redrive``).
+    at-most-once step or action (``once="at_most"``) whose holder was interrupted after
+    it started, or that failed ambiguously; or an outbox call under policy ``hold`` whose
+    answer was lost. It is never re-run by itself; an operator (or the bot) settles it
+    (``Idem.resolve``; for a call also ``Outbox.resolve`` / ``Outbox.redrive``).
 
     Attributes:
-        key: the effect key.
+        key: the step's, action's or call's key.
+        entry: what is known: a :class:`telegram_idem.ledger.LedgerEntry` for a step or
+            action, an :class:`telegram_idem.outbox.OutboxEntry` for a call, or ``None``.
+    """
+
+    def __init__(self, message: str, *, key: str, entry: object | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.entry = entry
+
+
+class ResolveError(IdemError):
+    """``Idem.resolve`` of a key that has nothing to settle: no unknown step, action or
+    call under it, or it was settled (or completed) already.
+
+    Attributes:
+        key: the key given.
     """
 
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class EffectError(IdemError):
+    """Base of the markers an effect raises to say what its failure means (the effect
+    error classes); raise a subclass, ``from`` the original error."""
+
+
+class NotAppliedError(EffectError):
+    """The effect did not happen (the provider refused before acting, a validation
+    failed): the claim is released and a retry runs it again, under either ``once``."""
+
+
+class PermanentEffectError(EffectError):
+    """The effect failed for good: the failure is stored and every retry replays it
+    (:class:`StoredFailureError`)."""
+
+
+class AmbiguousEffectError(EffectError):
+    """Nobody can tell whether the effect happened (a timeout after the request was
+    sent): under ``once="at_most"`` the key becomes unknown (every retry raises
+    :class:`UnknownOutcomeError` until it is resolved); under ``"at_least"`` the claim is
+    released and a retry runs it again."""
 
 
 class SendError(IdemError):

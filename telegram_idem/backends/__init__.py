@@ -22,10 +22,13 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from telegram_idem._clock import Clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem.backends._abilities import (
     HasFloodBudget,
     HasInbox,
+    HasLedger,
     HasOutbox,
+    JoinsTransactions,
     Migratable,
     Purgeable,
     as_migratable,
@@ -33,8 +36,12 @@ from telegram_idem.backends._abilities import (
     flood_budget_of,
     has_flood_budget,
     has_inbox,
+    has_ledger,
     has_outbox,
     inbox_of,
+    joined_of,
+    joins_transactions,
+    ledger_of,
     outbox_of,
 )
 from telegram_idem.backends._base import Store
@@ -53,7 +60,10 @@ __all__ = [
     "DriverErrors",
     "HasFloodBudget",
     "HasInbox",
+    "HasLedger",
     "HasOutbox",
+    "JoinedRecords",
+    "JoinsTransactions",
     "Migratable",
     "Purgeable",
     "Store",
@@ -64,9 +74,13 @@ __all__ = [
     "flood_budget_of",
     "has_flood_budget",
     "has_inbox",
+    "has_ledger",
     "has_outbox",
     "inbox_of",
+    "joined_of",
+    "joins_transactions",
     "known_schemes",
+    "ledger_of",
     "outbox_of",
     "redact",
     "store_from_url",

@@ -10,6 +10,8 @@ class to inherit, nothing to register):
 | :class:`HasInbox` | ``inbox() -> Inbox`` | memory, SQLite, PostgreSQL, Redis |
 | :class:`HasOutbox` | ``outbox() -> Outbox`` | memory, SQLite, PostgreSQL, Redis |
 | :class:`HasFloodBudget` | ``flood_budget() -> FloodBudget`` | memory, SQLite, PostgreSQL, Redis |
+| :class:`HasLedger` | ``ledger() -> Ledger`` | memory, SQLite, PostgreSQL, Redis, DynamoDB |
+| :class:`JoinsTransactions` | ``joined(conn) -> JoinedRecords`` | SQLite, PostgreSQL |
 | :class:`Migratable` | ``async migrate() -> bool \\| None`` | PostgreSQL, DynamoDB |
 | :class:`Purgeable` | ``async purge() -> int`` | SQLite, PostgreSQL |
 
@@ -30,15 +32,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
+from telegram_idem._joined import JoinedRecords
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.ledger import Ledger
 from telegram_idem.outbox import Outbox
 
 __all__ = [
     "HasFloodBudget",
     "HasInbox",
+    "HasLedger",
     "HasOutbox",
+    "JoinsTransactions",
     "Migratable",
     "Purgeable",
     "absent",
@@ -47,8 +53,12 @@ __all__ = [
     "flood_budget_of",
     "has_flood_budget",
     "has_inbox",
+    "has_ledger",
     "has_outbox",
     "inbox_of",
+    "joined_of",
+    "joins_transactions",
+    "ledger_of",
     "missing",
     "outbox_of",
 ]
@@ -84,6 +94,32 @@ class HasFloodBudget(Protocol):
 
     def flood_budget(self) -> FloodBudget:
         """The store's flood budget (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class HasLedger(Protocol):
+    """A store with an effect ledger beside its records (at-most-once steps and actions,
+    ``Idem.unresolved`` / ``Idem.resolve``)."""
+
+    def ledger(self) -> Ledger:
+        """The store's ledger (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
+class JoinsTransactions(Protocol):
+    """A store whose records live in a database the bot writes too, so that a claim and
+    its completion can be written inside the bot's own transaction
+    (``async with idem.transaction(conn)``)."""
+
+    def joined(self, conn: object) -> JoinedRecords:
+        """The record primitives on ``conn``, inside its open transaction.
+
+        Raises:
+            ConfigurationError: ``conn`` is of a kind the store cannot join, or is
+                connected to another database than the store's.
+        """
         ...
 
 
@@ -126,6 +162,8 @@ _WHAT: dict[type, str] = {
     HasInbox: "inbox",
     HasOutbox: "outbox",
     HasFloodBudget: "flood budget",
+    HasLedger: "effect ledger",
+    JoinsTransactions: "way to join your database transaction (its records live elsewhere)",
     Migratable: "migrate()",
     Purgeable: "purge()",
 }
@@ -172,6 +210,41 @@ def has_outbox(store: object) -> bool:
 def has_flood_budget(store: object) -> bool:
     """True if ``store.flood_budget()`` returns a budget (as :func:`has_inbox`)."""
     return _has(store, HasFloodBudget, "flood_budget")
+
+
+def has_ledger(store: object) -> bool:
+    """True if ``store.ledger()`` returns a ledger (as :func:`has_inbox`)."""
+    return _has(store, HasLedger, "ledger")
+
+
+def joins_transactions(store: object) -> bool:
+    """True if ``store.joined(conn)`` can join a transaction (as :func:`has_inbox`)."""
+    return _has(store, JoinsTransactions, "joined")
+
+
+def ledger_of(store: object) -> Ledger:
+    """``store.ledger()``, asked through :class:`HasLedger`.
+
+    Raises:
+        ConfigurationError: ``store`` has no effect ledger (the message names it).
+    """
+    if not has_ledger(store):
+        raise missing(store, HasLedger)
+    assert isinstance(store, HasLedger)
+    return store.ledger()
+
+
+def joined_of(store: object, conn: object) -> JoinedRecords:
+    """``store.joined(conn)``, asked through :class:`JoinsTransactions`.
+
+    Raises:
+        ConfigurationError: ``store`` cannot join a transaction (its records live
+            outside the bot's database), or cannot join this ``conn``.
+    """
+    if not joins_transactions(store):
+        raise missing(store, JoinsTransactions)
+    assert isinstance(store, JoinsTransactions)
+    return store.joined(conn)
 
 
 def outbox_of(store: object) -> Outbox:

@@ -34,15 +34,25 @@ from types import TracebackType
 from typing import ClassVar, TypeVar
 
 from telegram_idem._clock import Clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim, Record
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends import _registry as registry
-from telegram_idem.backends._abilities import HasFloodBudget, HasInbox, HasOutbox, absent, missing
+from telegram_idem.backends._abilities import (
+    HasFloodBudget,
+    HasInbox,
+    HasLedger,
+    HasOutbox,
+    JoinsTransactions,
+    absent,
+    missing,
+)
 from telegram_idem.backends._driver import describe_error
 from telegram_idem.errors import ConfigurationError, IdemError
 from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
+from telegram_idem.ledger import Ledger
 from telegram_idem.outbox import Outbox
 
 __all__ = ["Store", "describe_error"]
@@ -280,6 +290,30 @@ class Store(abc.ABC):
             ConfigurationError: this store keeps no flood budget.
         """
         raise missing(self, HasFloodBudget)
+
+    @absent
+    def ledger(self) -> Ledger:
+        """The effect ledger (at-most-once steps and actions) sharing this store's
+        connection. Stores with one override this
+        (:class:`~telegram_idem.backends._abilities.HasLedger`).
+
+        Raises:
+            ConfigurationError: this store has no effect ledger.
+        """
+        raise missing(self, HasLedger)
+
+    @absent
+    def joined(self, conn: object) -> JoinedRecords:
+        """The record primitives on the bot's connection ``conn``, inside its open
+        transaction (``idem.transaction(conn)``). Stores whose tables live in the bot's
+        database override this
+        (:class:`~telegram_idem.backends._abilities.JoinsTransactions`).
+
+        Raises:
+            ConfigurationError: this store keeps its records outside the bot's database,
+                so it cannot join a transaction there.
+        """
+        raise missing(self, JoinsTransactions)
 
     async def close(self) -> None:
         """Release connections. Idempotent."""
