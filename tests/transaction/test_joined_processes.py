@@ -57,15 +57,15 @@ class Bot:
 
 async def count(bot: Bot) -> int:
     if bot.db == "sqlite":
-        with sqlite3.connect(bot.target) as conn:
-            return int(conn.execute(f"SELECT count(*) FROM {bot.table}").fetchone()[0])
+        with sqlite3.connect(bot.target) as lite:
+            return int(lite.execute(f"SELECT count(*) FROM {bot.table}").fetchone()[0])
     import asyncpg
 
-    conn = await asyncpg.connect(bot.target)
+    pg = await asyncpg.connect(bot.target)
     try:
-        return int(await conn.fetchval(f"SELECT count(*) FROM {bot.table}"))
+        return int(await pg.fetchval(f"SELECT count(*) FROM {bot.table}"))
     finally:
-        await conn.close()
+        await pg.close()
 
 
 @pytest.fixture(
@@ -77,8 +77,8 @@ async def count(bot: Bot) -> int:
 async def bot(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Bot]:
     if request.param == "sqlite":
         path = str(tmp_path / "bot.db")
-        with sqlite3.connect(path) as conn:
-            conn.execute("CREATE TABLE credits (who TEXT NOT NULL)")
+        with sqlite3.connect(path) as lite:
+            lite.execute("CREATE TABLE credits (who TEXT NOT NULL)")
         yield Bot("sqlite", f"sqlite:///{path}", path, "credits")
         return
     factory: Callable[[], str] = request.getfixturevalue("postgres_url_factory")
