@@ -23,7 +23,7 @@ connection, the first time, to check the store's table is in its database).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -31,20 +31,20 @@ import asyncpg.pool
 
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim
-from telegram_idem.backends.postgres._outbox import (
+from telegram_idem.backends.postgres._foreign import (
     Fetch,
-    _asyncpg_fetch,
-    _driver_connection,
-    _sqlalchemy_fetch,
-    _sqlalchemy_types,
-    _unwrap,
+    asyncpg_fetch,
+    driver_connection,
+    sqlalchemy_fetch,
+    sqlalchemy_types,
+    unwrap,
 )
 from telegram_idem.errors import ConfigurationError, StoreError
 
 if TYPE_CHECKING:
     from telegram_idem.backends.postgres._store import PostgresStore
 
-__all__ = ["ACCEPTED", "PostgresJoinedRecords"]
+__all__ = ["ACCEPTED", "ClaimRounds", "PostgresJoinedRecords"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,12 @@ ACCEPTED = (
     "or a SQLAlchemy AsyncConnection or AsyncSession on PostgreSQL"
 )
 """How messages name the connection kinds :class:`PostgresJoinedRecords` takes."""
+
+ClaimRounds = Callable[
+    [Any, list[str], dict[str, str | None] | None, float, float], Awaitable[list[Claim]]
+]
+"""``PostgresStore._claim_rounds``: (connection, keys, fingerprints, lease, retention) →
+one claim per key."""
 
 _CHECK = "SELECT current_database() AS db, to_regclass($1::text) IS NOT NULL AS present"
 
@@ -77,22 +83,35 @@ class PostgresJoinedRecords:
     docstring). Made by :meth:`PostgresStore.joined`.
 
     Args:
-        store: the store (its table, statements, clock and error translation).
+        store: the store (its table, clock and error translation).
         conn: the bot's connection (one of :data:`ACCEPTED`).
+        sql: the store's records statements, by name
+            (:func:`~telegram_idem.backends.postgres._sql.build_records_sql`).
+        claim_rounds: the store's claim loop, run on a connection-like object with
+            ``fetch(sql, *args)``.
 
     Raises:
         ConfigurationError: ``conn`` is of another kind, or an SQLAlchemy connection on
             another database than PostgreSQL.
     """
 
-    def __init__(self, store: PostgresStore, conn: object) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        conn: object,
+        *,
+        sql: Mapping[str, str],
+        claim_rounds: ClaimRounds,
+    ) -> None:
         self.store = store
         self.conn = conn
+        self._sql = sql
+        self._claim_rounds = claim_rounds
         self._asyncpg = isinstance(conn, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy)
         if self._asyncpg:
-            self._fetch: Fetch = _asyncpg_fetch(conn)
+            self._fetch: Fetch = asyncpg_fetch(conn)
             return
-        types = _sqlalchemy_types()
+        types = sqlalchemy_types()
         if types and isinstance(conn, types):
             bind = conn.get_bind() if hasattr(conn, "get_bind") else None
             name = getattr(getattr(bind or conn, "dialect", None), "name", None)
@@ -101,7 +120,7 @@ class PostgresJoinedRecords:
                     f"{store!r}.transaction: the SQLAlchemy connection is on {name!r}, "
                     "not on the store's PostgreSQL database"
                 )
-            self._fetch = _sqlalchemy_fetch(conn)
+            self._fetch = sqlalchemy_fetch(conn)
             return
         raise ConfigurationError(
             f"{store!r}.transaction cannot join a transaction on a "
@@ -120,7 +139,7 @@ class PostgresJoinedRecords:
         except (ConfigurationError, StoreError):
             raise
         except Exception as exc:
-            error = self.store.connection.translate(f"transaction.{op}", _unwrap(exc))
+            error = self.store.connection.translate(f"transaction.{op}", unwrap(exc))
             if error is None:
                 raise
             raise error from exc
@@ -153,7 +172,7 @@ class PostgresJoinedRecords:
             if not sa.in_transaction():
                 await sa.begin()
         table = self.store.table
-        driver = await _driver_connection(self.conn)
+        driver = await driver_connection(self.conn)
         if driver is not None and table in _checked.get(driver, ()):
             return
         rows = await self._fetch(_CHECK, [table])
@@ -177,12 +196,12 @@ class PostgresJoinedRecords:
         rows = _Rows(self._fetch)
         claims = await self._guarded(
             "claim",
-            lambda: self.store._claim_rounds(rows, [key], {key: fingerprint}, lease, retention),
+            lambda: self._claim_rounds(rows, [key], {key: fingerprint}, lease, retention),
         )
         return claims[0]
 
     async def _update(self, name: str, *args: Any) -> bool:
-        sql = self.store._sql[name]
+        sql = self._sql[name]
         params: Sequence[Any] = (*args, *self.store.connection.now_args())
         rows = await self._guarded(name, lambda: self._fetch(sql, params))
         return bool(rows)
