@@ -43,6 +43,7 @@ from stores import CHUNKS, Ratio, command_line, measure, on_exit, us, with_query
 from telegram_idem import Idem
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.postgres import PostgresStore
+from telegram_idem.backends.postgres._joined_records import new_key_sql
 from telegram_idem.backends.sqlite._joined_records import _INSERT, _UPDATES
 from telegram_idem.testing._stores import SERVER_STORES
 
@@ -115,7 +116,7 @@ async def bench_postgres(n: int, runs: int, stack: AsyncExitStack) -> Row:
 
     store = idem.store
     assert isinstance(store, PostgresStore)
-    claim_sql, complete_sql = store._sql["claim"], store._sql["complete"]
+    claim_sql, complete_sql = new_key_sql(store.table, True), store._sql["complete"]
 
     def sides(count: int) -> tuple[Call, Call, Call, Call]:
         async def baseline(i: int) -> None:
