@@ -75,11 +75,13 @@ async def driver_connection(conn: object) -> asyncpg.Connection | None:
     """The asyncpg connection under ``conn`` (itself; a pool proxy's; a SQLAlchemy
     connection's or session's current one), or ``None`` when it cannot be told: the
     identity the table check is remembered by, for as long as that connection lives."""
-    if isinstance(conn, asyncpg.Connection):
-        return conn
+    # The proxy first: asyncpg makes isinstance(proxy, Connection) true, but a proxy
+    # cannot be weakly referenced (nor does it live as long as its connection).
     if isinstance(conn, asyncpg.pool.PoolConnectionProxy):
         inner = getattr(conn, "_con", None)  # the proxy has no public accessor
-        return inner if isinstance(inner, asyncpg.Connection) else None
+        return inner if type(inner) is not asyncpg.pool.PoolConnectionProxy else None
+    if isinstance(conn, asyncpg.Connection):
+        return conn
     if not sqlalchemy_types():
         return None  # pragma: no cover - sqlalchemy comes with the postgres extra
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
