@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from telegram_idem.ledger._base import (
+from telegram_idem.ledger import (
     LedgerEntry,
     LedgerState,
     check_limit,

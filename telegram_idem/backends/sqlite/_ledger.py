@@ -15,8 +15,7 @@ from typing import Any
 from telegram_idem._keys import bounded_key
 from telegram_idem._ledger_logic import do_finish, do_mark_unknown, do_settle, do_start
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
-from telegram_idem.ledger import Ledger, LedgerEntry, LedgerState
-from telegram_idem.ledger._base import check_limit
+from telegram_idem.ledger import Ledger, LedgerEntry, LedgerState, check_limit
 
 __all__ = ["SQLiteLedger"]
 

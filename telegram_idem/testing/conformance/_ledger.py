@@ -12,8 +12,7 @@ import pytest
 from telegram_idem._clock import ManualClock
 from telegram_idem._keys import bounded_key
 from telegram_idem.backends import Store, ledger_of
-from telegram_idem.ledger import Ledger, LedgerState
-from telegram_idem.ledger._base import storable_text
+from telegram_idem.ledger import Ledger, LedgerState, storable_text
 from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker
 from telegram_idem.testing.conformance._payloads import ODD_PAYLOADS, ODD_TEXTS
 
