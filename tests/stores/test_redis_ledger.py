@@ -1,6 +1,7 @@
 """Redis effect-ledger specifics (the shared rules are LedgerConformance's): every call is
 one script, rows and their index never expire, the server's clock when none is injected,
 a listing longer than one chunk of the index, one slot per key prefix on a cluster,
+OS processes racing for the same rows,
 RESP3, a script cache flushed, and Redis errors translated as the store's.
 
 Command counts come from a private ``redis-server`` (``INFO commandstats``), as in
@@ -9,7 +10,10 @@ Command counts come from a private ``redis-server`` (``INFO commandstats``), as 
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -238,6 +242,65 @@ async def test_both_protocols_read_absent_rows_and_results(
         assert await ledger.settle(KEY, token=2, result=None, not_applied=True)
         row = await ledger.get(KEY)
         assert row is not None and (row.result, row.not_applied) == (None, True)
+    finally:
+        await store.close()
+
+
+# ----------------------------------------------------------------- OS processes
+
+_STARTER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from telegram_idem.backends.redis import RedisStore
+
+    async def main(url, me):
+        store = RedisStore(url)
+        ledger = store.ledger()
+        sys.stdin.readline()  # start together
+        answers = await asyncio.gather(
+            *(ledger.start(f"idem:7:a:{n}:s:pay", token=me, holder=f"p{me}") for n in range(200))
+        )
+        print(" ".join(str(n) for n, a in enumerate(answers) if a is None))
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+async def test_processes_racing_for_200_rows_start_each_once(
+    redis_url_factory: Callable[[], str],
+    redis_cluster_url_factory: Callable[[], str],
+    where: str,
+) -> None:
+    url = redis_url_factory() if where == "single" else redis_cluster_url_factory()
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _STARTER,
+            url,
+            str(me),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for me in (1, 2, 3)
+    ]
+    runs = await asyncio.wait_for(
+        asyncio.gather(*(p.communicate(b"go\n") for p in procs)), timeout=60
+    )
+    assert all(p.returncode == 0 for p in procs)
+    won = [{int(n) for n in out.split()} for out, _ in runs]
+    assert sum(len(w) for w in won) == 200  # every row started by exactly one process
+    assert set().union(*won) == set(range(200))
+    store = RedisStore(url)
+    try:
+        rows = await ledger_of(store).entries(limit=1000)
+        assert len(rows) == 200
+        for row in rows:
+            n = int(row.key.split(":")[3])
+            assert n in won[row.token - 1] and row.holder == f"p{row.token}"
     finally:
         await store.close()
 
