@@ -35,3 +35,19 @@ class TestSQLite(Ledgers):
     @pytest.fixture
     def store_url_factory(self, sqlite_url_factory: UrlFactory) -> UrlFactory:
         return sqlite_url_factory
+
+
+class TestRedis(Ledgers):
+    pytestmark = pytest.mark.redis
+
+    @pytest.fixture
+    def store_url_factory(self, redis_url_factory: UrlFactory) -> UrlFactory:
+        return redis_url_factory
+
+
+class TestRedisCluster(Ledgers):
+    pytestmark = pytest.mark.redis
+
+    @pytest.fixture
+    def store_url_factory(self, redis_cluster_url_factory: UrlFactory) -> UrlFactory:
+        return redis_cluster_url_factory
