@@ -35,3 +35,11 @@ class TestSQLite(Ledgers):
     @pytest.fixture
     def store_url_factory(self, sqlite_url_factory: UrlFactory) -> UrlFactory:
         return sqlite_url_factory
+
+
+class TestPostgres(Ledgers):
+    pytestmark = pytest.mark.postgres
+
+    @pytest.fixture
+    def store_url_factory(self, postgres_url_factory: UrlFactory) -> UrlFactory:
+        return postgres_url_factory
