@@ -181,7 +181,9 @@ class PostgresLedger(Ledger):
         raise StoreError(f"{self!r}: start of {key!r} still racing after {_MAX_ROUNDS} rounds")
 
     async def mark_unknown(self, key: str, *, token: int, detail: str) -> LedgerEntry | None:
-        rows = await self._fetch("mark_unknown", bounded_key(key), int(token), storable_text(detail))
+        rows = await self._fetch(
+            "mark_unknown", bounded_key(key), int(token), storable_text(detail)
+        )
         return _entry(rows[0]) if rows else None
 
     async def settle(

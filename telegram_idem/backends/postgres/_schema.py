@@ -369,9 +369,7 @@ def ledger_table(
         Column("detail", Text, nullable=False),
         Column("result", LargeBinary, nullable=True),
         Column("not_applied", Boolean, nullable=False),
-        CheckConstraint(
-            "state IN ('started', 'unknown', 'settled')", name=f"{name}_state_check"
-        ),
+        CheckConstraint("state IN ('started', 'unknown', 'settled')", name=f"{name}_state_check"),
         Index(f"{name}_started_idx", "started_at", "key"),
     )
 
