@@ -16,11 +16,17 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from fixtures_postgres import drop_tables, postgres_reachable_or_missing, with_option
+from fixtures_postgres import (
+    PrivatePostgres,
+    drop_tables,
+    postgres_reachable_or_missing,
+    private_postgres_fixture,  # noqa: F401 (the private_postgres fixture)
+    with_option,
+)
 from pg_counting import Trips, counting_connection_class
 from services import postgres_dsn
 
-from telegram_idem import ConfigurationError, ManualClock
+from telegram_idem import ConfigurationError, ManualClock, StoreError
 from telegram_idem.backends.postgres import (
     LEDGER_COLUMNS,
     PostgresLedger,
@@ -283,6 +289,56 @@ async def test_the_listing_reads_its_index_in_order(
     # the oldest first, read in index order and stopped at the limit: no sort of the table
     assert f"Index Scan using {ledger.table}_started_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+# ----------------------------------------------------------------- errors
+
+
+async def test_an_outage_is_a_store_error_and_the_ledger_recovers(
+    private_postgres: PrivatePostgres, closing: Callable[[PostgresStore], PostgresStore]
+) -> None:
+    """Stops a private server (never the shared one: other runs use it meanwhile)."""
+    await migrate(private_postgres.url, table_prefix="ledger")
+    url = with_option(private_postgres.url, "table_prefix=ledger&connect_timeout=3")
+    ledger = ledger_of(closing(PostgresStore.from_url(url)))
+    assert await ledger.start(KEY, token=1, holder="h:1") is None
+    private_postgres.stop()
+    try:
+        for call in (
+            lambda: ledger.start("other", token=1, holder="h"),
+            lambda: ledger.mark_unknown(KEY, token=2, detail="d"),
+            lambda: ledger.settle(KEY, token=2, result=None, not_applied=True),
+            lambda: ledger.finish(KEY, token=1),
+            lambda: ledger.get(KEY),
+            lambda: ledger.entries(),
+        ):
+            with pytest.raises(StoreError) as info:
+                await call()
+            assert isinstance(info.value.original, PostgresStore.driver_errors)
+            assert "ledger." in str(info.value)
+    finally:
+        private_postgres.start()
+    deadline = time.monotonic() + 30
+    while True:  # pooled connections died with the server: the pool reconnects
+        try:
+            row = await ledger.get(KEY)
+            break
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    assert row is not None and row.state is LedgerState.STARTED  # nothing was changed
+
+
+async def test_a_closed_store_s_ledger_raises_store_error(
+    postgres_url_factory: Callable[[], str],
+) -> None:
+    store = PostgresStore.from_url(postgres_url_factory())
+    ledger = ledger_of(store)
+    await ledger.start(KEY, token=1, holder="h")
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await ledger.get(KEY)
 
 
 # ----------------------------------------------------------------- schema / migrate
