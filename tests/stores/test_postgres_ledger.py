@@ -146,6 +146,28 @@ async def test_a_start_that_loses_a_race_answers_the_winners_row(
     assert row == answer
 
 
+async def test_rounds_of_racing_starts_on_four_pools_write_one_row_each(
+    postgres_url_factory: Callable[[], str], closing: Callable[[PostgresStore], PostgresStore]
+) -> None:
+    """Rounds of 16 concurrent starts over four pools, each round's row finished by its
+    writer before the next round: exactly one write per round, every other answer the
+    writer's row (a loser that raced runs its statement again, never answers nothing)."""
+    url = postgres_url_factory()
+    ledgers = [ledger_of(closing(PostgresStore.from_url(url))) for _ in range(4)]
+    token = 0
+    for _ in range(15):
+        tokens = list(range(token + 1, token + 17))
+        token += 16
+        answers = await asyncio.gather(
+            *(ledgers[t % 4].start(KEY, token=t, holder=f"h:{t}") for t in tokens)
+        )
+        written = [t for t, a in zip(tokens, answers, strict=True) if a is None]
+        assert len(written) == 1, answers
+        assert {a.token for a in answers if a is not None} <= {written[0]}
+        assert await ledgers[0].finish(KEY, token=written[0])
+        assert await ledgers[1].get(KEY) is None
+
+
 async def test_a_start_meeting_a_row_being_changed_answers_its_newest_version(
     postgres_url_factory: Callable[[], str],
     clock: ManualClock,
