@@ -51,3 +51,11 @@ class TestRedisCluster(Ledgers):
     @pytest.fixture
     def store_url_factory(self, redis_cluster_url_factory: UrlFactory) -> UrlFactory:
         return redis_cluster_url_factory
+
+
+class TestPostgres(Ledgers):
+    pytestmark = pytest.mark.postgres
+
+    @pytest.fixture
+    def store_url_factory(self, postgres_url_factory: UrlFactory) -> UrlFactory:
+        return postgres_url_factory
