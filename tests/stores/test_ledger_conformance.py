@@ -35,3 +35,11 @@ class TestSQLite(Ledgers):
     @pytest.fixture
     def store_url_factory(self, sqlite_url_factory: UrlFactory) -> UrlFactory:
         return sqlite_url_factory
+
+
+class TestDynamoDB(Ledgers):
+    pytestmark = pytest.mark.dynamodb
+
+    @pytest.fixture
+    def store_url_factory(self, dynamodb_url_factory: UrlFactory) -> UrlFactory:
+        return dynamodb_url_factory

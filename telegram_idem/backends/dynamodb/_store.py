@@ -31,6 +31,7 @@ from telegram_idem.backends.dynamodb._items import (
     to_item,
     to_record,
 )
+from telegram_idem.backends.dynamodb._ledger import DynamoDBLedger
 from telegram_idem.backends.dynamodb._setup import (
     BILLING_MODES,
     check_table_name,
@@ -112,6 +113,7 @@ class DynamoDBStore(Store):
         )
         """The client, table readiness, clock and error translation of this store."""
         self._max_concurrency = max_concurrency
+        self._ledger = DynamoDBLedger(self.connection)
 
     def __repr__(self) -> str:
         return self.connection.label
@@ -146,6 +148,11 @@ class DynamoDBStore(Store):
 
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         return self.connection.translate(op, exc)
+
+    def ledger(self) -> DynamoDBLedger:
+        """The effect ledger as items of this store's table (the same object on every
+        call; :class:`~telegram_idem.backends.dynamodb.DynamoDBLedger`)."""
+        return self._ledger
 
     async def migrate(self) -> bool:
         """Create the table if absent and enable TTL on ``exp`` (:func:`create_table`
