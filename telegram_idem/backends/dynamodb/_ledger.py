@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -78,13 +78,18 @@ _LIVE_VALUES: Final = {
 def sort_key(started_at: float, key: str) -> str:
     """The ``lsort`` of a row: ``started_at`` spelled so that string order is number order
     (16 integer digits, the exact decimal fraction without trailing zeros; a negative time
-    as ``-`` and its distance above −10¹⁶), ``#``, the key's first 240 characters.
+    as ``-`` and its distance above −10¹⁶; times within ±10¹⁶ s), ``#``, the key's first
+    240 characters.
     ``#`` sorts below every digit, so a shorter fraction sorts first; equal times sort by
     key (DynamoDB compares UTF-8 bytes, which is code point order)."""
     exact = Decimal(started_at) if isinstance(started_at, int) else Decimal(repr(started_at))
     sign = ""
-    if exact < 0:
-        sign, exact = "-", exact + _NEGATIVE_OFFSET
+    if exact == 0:
+        exact = Decimal(0)  # -0.0 is 0
+    elif exact < 0:
+        with localcontext() as exact_sums:
+            exact_sums.prec = 1000  # wide enough for any float: the sum is exact
+            sign, exact = "-", exact + _NEGATIVE_OFFSET
     whole, _, fraction = format(exact, "f").partition(".")
     return f"{sign}{whole.zfill(_INT_DIGITS)}.{fraction.rstrip('0')}#{key[:_SORT_HEAD_CHARS]}"
 
@@ -294,6 +299,30 @@ class DynamoDBLedger(Ledger):
 
         return await self._db.call("ledger.entries", body)
 
+    async def _check_index(self, db: Table, exc: ClientError) -> None:
+        """Raise a ConfigurationError that says so when the Query failed because the table
+        lacks the ``ledger`` index (DynamoDB answers ValidationException, moto
+        ResourceNotFoundException); return otherwise (the caller re-raises ``exc``)."""
+        code = error_code(exc)
+        if code not in ("ValidationException", "ResourceNotFoundException"):
+            return
+        if code == "ResourceNotFoundException" and self._db.create_table:
+            return  # the connection makes the table (and the index) again and retries
+        try:
+            described = await db.client.describe_table(TableName=self._db.table)
+        except ClientError:
+            return  # no table at all: the original error says so
+        indexes = described["Table"].get("GlobalSecondaryIndexes") or []
+        found = [i for i in indexes if i.get("IndexName") == LEDGER_INDEX]
+        if found and found[0].get("IndexStatus") == "ACTIVE":
+            return
+        state = "still being created" if found else "made before the effect ledger"
+        raise ConfigurationError(
+            f"{self!r}.entries: DynamoDB table {self._db.table!r} has no {LEDGER_INDEX!r} "
+            f"index ({state}): run `telegram-idem migrate <store URL>` (or `await "
+            "store.migrate()`) once"
+        ) from exc
+
     async def _listed(self, db: Table, state: LedgerState, prefix: str, limit: int) -> list[Item]:
         """The first ``limit`` items of ``state`` by ``lsort``, and every later one whose
         ``lsort`` ties the last of those (their order is decided by the whole key)."""
@@ -314,13 +343,7 @@ class DynamoDBLedger(Ledger):
                     start=start,
                 )
             except ClientError as exc:
-                if error_code(exc) == "ValidationException" and "index" in str(exc).lower():
-                    raise ConfigurationError(
-                        f"{self!r}.entries: DynamoDB table {self._db.table!r} has no "
-                        f"{LEDGER_INDEX!r} index (made before the effect ledger, or still "
-                        "being created): run `telegram-idem migrate <store URL>` (or `await "
-                        "store.migrate()`) once"
-                    ) from exc
+                await self._check_index(db, exc)
                 raise
             for item in items:
                 if len(found) >= limit and item.get("lsort") != found[limit - 1].get("lsort"):
