@@ -22,6 +22,7 @@ from fixtures_dynamodb import (
     boto3_client,
     delete_tables,
     dynamodb_endpoint,  # noqa: F401  (fixture)
+    free_port,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from hypothesis import strategies as st
 from telegram_idem import ConfigurationError, ManualClock, StoreError
 from telegram_idem.backends.dynamodb import TTL_ATTRIBUTE, DynamoDBStore
 from telegram_idem.backends.dynamodb._ledger import KEY_PREFIX, sort_key
-from telegram_idem.ledger import LedgerState
+from telegram_idem.ledger import Ledger, LedgerState
 
 pytestmark = pytest.mark.dynamodb
 
@@ -259,6 +260,34 @@ async def test_a_record_key_meeting_a_ledger_item_fails_loudly(
         await store.ledger().settle("other", token=5, result=b"r", not_applied=False)
     assert not await store.ledger().finish("other", token=1)  # a record is never deleted
     assert (await store.get(KEY_PREFIX + "other")) is not None
+
+
+async def test_no_endpoint_is_a_store_error_and_no_table_a_configuration_error(
+    dynamodb_endpoint: DynamoDBEndpoint,  # noqa: F811
+) -> None:
+    one_attempt = AioConfig(retries={"mode": "standard", "total_max_attempts": 1})
+    down = DynamoDBStore(
+        "idem", endpoint_url=f"http://127.0.0.1:{free_port()}", client_config=one_attempt
+    )
+    missing = DynamoDBStore("idem-not-created", endpoint_url=dynamodb_endpoint.url)
+    calls: list[Callable[[Ledger], Awaitable[object]]] = [
+        lambda ledger: ledger.start(KEY, token=1, holder="h"),
+        lambda ledger: ledger.mark_unknown(KEY, token=1, detail="d"),
+        lambda ledger: ledger.settle(KEY, token=1, result=b"r", not_applied=False),
+        lambda ledger: ledger.finish(KEY, token=1),
+        lambda ledger: ledger.get(KEY),
+        lambda ledger: ledger.entries(),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(StoreError, match=r"ledger\.\w+ failed") as raised:
+                await call(down.ledger())
+            assert not isinstance(raised.value, ConfigurationError)
+            with pytest.raises(ConfigurationError, match="'idem-not-created' does not exist"):
+                await call(missing.ledger())
+    finally:
+        await down.close()
+        await missing.close()
 
 
 # ----------------------------------------------------------------- writes botocore re-sent

@@ -106,10 +106,10 @@ async def ensure_table(
         raise ConfigurationError(f"billing must be PAY_PER_REQUEST or PROVISIONED, got {billing!r}")
     check_table_name(table)
     created = await _create(client, table, billing, read_capacity, write_capacity)
-    await _wait_active(client, table, wait_timeout, poll_interval)
+    described = await _wait_active(client, table, wait_timeout, poll_interval)
     await _enable_ttl(client, table)
-    await _ensure_ledger_index(client, table, read_capacity, write_capacity)
-    await _wait_active(client, table, wait_timeout, poll_interval)
+    if await _ensure_ledger_index(client, table, described, read_capacity, write_capacity):
+        await _wait_active(client, table, wait_timeout, poll_interval)
     return created
 
 
@@ -141,11 +141,13 @@ def _index_of(described: dict[str, Any], table: str) -> dict[str, Any] | None:
     return None
 
 
-async def _ensure_ledger_index(client: Any, table: str, rcu: int, wcu: int) -> None:
-    """Add the ledger index to a table made without it (by an older version)."""
-    described = await client.describe_table(TableName=table)
+async def _ensure_ledger_index(
+    client: Any, table: str, described: dict[str, Any], rcu: int, wcu: int
+) -> bool:
+    """Add the ledger index to a table made without it (by an older version); ``True``
+    if it is being added (wait for it), ``False`` if ``described`` has it already."""
     if _index_of(described, table) is not None:
-        return
+        return False
     summary = described["Table"].get("BillingModeSummary") or {}
     billing = summary.get("BillingMode", "PROVISIONED")  # absent: a provisioned table
     try:
@@ -160,6 +162,7 @@ async def _ensure_ledger_index(client: Any, table: str, rcu: int, wcu: int) -> N
             raise
         if _index_of(await client.describe_table(TableName=table), table) is None:
             raise
+    return True
 
 
 async def _create(client: Any, table: str, billing: str, rcu: int, wcu: int) -> bool:
@@ -194,7 +197,9 @@ async def _create(client: Any, table: str, billing: str, rcu: int, wcu: int) -> 
     return True
 
 
-async def _wait_active(client: Any, table: str, within: float, interval: float) -> None:
+async def _wait_active(client: Any, table: str, within: float, interval: float) -> dict[str, Any]:
+    """Poll ``DescribeTable`` until the table (and its ledger index, if any) is ACTIVE;
+    the last description."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -208,7 +213,7 @@ async def _wait_active(client: Any, table: str, within: float, interval: float) 
             index = _index_of(described, table)
             status = "ACTIVE" if index is None else f"index {index.get('IndexStatus')}"
             if status in ("ACTIVE", "index ACTIVE"):
-                return
+                return dict(described)
         if time.monotonic() >= deadline:
             raise StoreError(f"DynamoDB table {table!r} not ACTIVE after {within} s ({status})")
         await asyncio.sleep(interval)
