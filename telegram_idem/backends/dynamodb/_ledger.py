@@ -27,7 +27,7 @@ one consistent ``GetItem``. botocore may re-send a write whose answer was lost: 
 ``op`` id tells our own landed write from another's, so a re-sent ``mark_unknown``
 never counts an attempt twice (its condition also requires another ``op``). A re-sent
 ``finish`` refused with no item left answers ``True``: its first copy deleted the row
-(the guard ignores the answer; it only informs).
+(the likeliest reading; no decision rests on it).
 
 ``entries`` Queries the ``ledger`` index, one partition per wanted state, ascending by
 ``lsort``: never a Scan. A global secondary index is eventually consistent, so a write
