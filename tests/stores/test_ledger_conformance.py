@@ -59,3 +59,11 @@ class TestPostgres(Ledgers):
     @pytest.fixture
     def store_url_factory(self, postgres_url_factory: UrlFactory) -> UrlFactory:
         return postgres_url_factory
+
+
+class TestDynamoDB(Ledgers):
+    pytestmark = pytest.mark.dynamodb
+
+    @pytest.fixture
+    def store_url_factory(self, dynamodb_url_factory: UrlFactory) -> UrlFactory:
+        return dynamodb_url_factory
