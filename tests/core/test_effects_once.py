@@ -348,7 +348,7 @@ async def test_an_interrupted_step_is_unknown_to_the_retried_action(
 
 async def test_at_most_needs_a_store_with_a_ledger(clock: ManualClock) -> None:
     class NoLedger(MemoryStore):
-        ledger = Store.ledger  # the base's absent stand-in
+        ledger = Store.ledger  # type: ignore[assignment]  # the base's absent stand-in
 
     idem = Idem(NoLedger(clock=clock), clock=clock, heartbeat=False)
     effect = Effect("x")
