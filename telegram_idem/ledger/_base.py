@@ -25,8 +25,12 @@ towards a second run: the row is removed only after the record says what happene
 for "not applied", where removing it first is safe (nothing happened).
 
 Rows never expire by themselves: an unknown outcome stays until it is settled. Every
-method takes the full key (it passes :func:`~telegram_idem._keys.bounded_key`); times are
-seconds since the epoch on the store's clock.
+method takes the full key and stores it as :func:`~telegram_idem._keys.bounded_key` gives
+it (``LedgerEntry.key`` is that bounded key); ``holder`` and ``detail`` are kept exactly
+when they are strict UTF-8 without NUL, otherwise as :func:`storable_text` spells them (the one rule every store applies to
+diagnostic text: lone surrogates as ``\\udXXX`` escapes, NUL as ``\\x00``);
+``result`` bytes are kept exactly. Times are seconds since the epoch on the store's
+clock.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Ledger", "LedgerEntry", "LedgerState"]
+from telegram_idem._text import storable_text
+
+__all__ = ["Ledger", "LedgerEntry", "LedgerState", "check_limit", "check_settle", "storable_text"]
 
 
 class LedgerState(StrEnum):

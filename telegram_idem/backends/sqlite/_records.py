@@ -15,6 +15,7 @@ from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._ledger import SQLiteLedger
 from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._schema import RecordRows
 
@@ -62,6 +63,7 @@ class SQLiteStore(LocalStore):
         self._inbox: SQLiteInbox | None = None
         self._outbox: SQLiteOutbox | None = None
         self._flood: SQLiteFloodBudget | None = None
+        self._ledger: SQLiteLedger | None = None
         self._purge_every = purge_every
 
     def __repr__(self) -> str:
@@ -112,6 +114,13 @@ class SQLiteStore(LocalStore):
         if self._flood is None:
             self._flood = SQLiteFloodBudget(self._connection, forget_every=self._purge_every)
         return self._flood
+
+    def ledger(self) -> SQLiteLedger:
+        """The effect ledger in this file, shared by every process using it (created on
+        first use; the same object on every call)."""
+        if self._ledger is None:
+            self._ledger = SQLiteLedger(self._connection)
+        return self._ledger
 
     async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
         return await self._connection.transaction(lambda conn, now: body(RecordRows(conn), now))
