@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from telegram_idem import machine
 from telegram_idem._clock import Clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._url import redact
@@ -22,6 +23,7 @@ from telegram_idem.backends.postgres._connection import PoolOptions, PostgresCon
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
 from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
+from telegram_idem.backends.postgres._joined_records import PostgresJoinedRecords
 from telegram_idem.backends.postgres._ledger import PostgresLedger
 from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
@@ -324,6 +326,23 @@ class PostgresStore(Store):
         if self._outbox is None:
             self._outbox = PostgresOutbox(self.connection)
         return self._outbox
+
+    def joined(self, conn: object) -> JoinedRecords:
+        """The records written on the bot's connection ``conn``, inside its transaction
+        on this database (``async with idem.transaction(conn)``; see
+        :class:`~telegram_idem.backends.postgres._joined_records.PostgresJoinedRecords`):
+        the store's own statements, so the same decisions, by the same clock.
+
+        Args:
+            conn: an asyncpg ``Connection`` or pool connection inside a transaction, or
+                an SQLAlchemy ``AsyncConnection`` / ``AsyncSession`` on PostgreSQL, on
+                the database that holds this store's tables.
+
+        Raises:
+            ConfigurationError: ``conn`` is of another kind (its transaction and its
+                database are checked when the block is entered).
+        """
+        return PostgresJoinedRecords(self, conn, sql=self._sql, claim_rounds=self._claim_rounds)
 
     def flood_budget(self) -> FloodBudget:
         """The flood-control budgets in ``<table_prefix>_flood``, shared by every process

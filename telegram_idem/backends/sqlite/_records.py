@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from telegram_idem._clock import Clock, system_clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._join import Joined
+from telegram_idem.backends.sqlite._joined_records import SQLiteJoinedRecords
 from telegram_idem.backends.sqlite._ledger import SQLiteLedger
 from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._schema import RecordRows
@@ -63,6 +66,7 @@ class SQLiteStore(LocalStore):
         self._inbox: SQLiteInbox | None = None
         self._outbox: SQLiteOutbox | None = None
         self._flood: SQLiteFloodBudget | None = None
+        self._joined: Joined | None = None
         self._ledger: SQLiteLedger | None = None
         self._purge_every = purge_every
 
@@ -114,6 +118,29 @@ class SQLiteStore(LocalStore):
         if self._flood is None:
             self._flood = SQLiteFloodBudget(self._connection, forget_every=self._purge_every)
         return self._flood
+
+    def joined(self, conn: object) -> JoinedRecords:
+        """The records written on the bot's connection ``conn``, inside its transaction
+        on this file (``async with idem.transaction(conn)``; see
+        :class:`~telegram_idem.backends.sqlite._joined_records.SQLiteJoinedRecords`).
+
+        Args:
+            conn: a ``sqlite3.Connection``, an ``aiosqlite.Connection``, or an
+                SQLAlchemy ``AsyncConnection`` / ``AsyncSession`` on
+                ``sqlite+aiosqlite``, on this store's file.
+
+        Raises:
+            ConfigurationError: ``conn`` is of another kind (its file and its
+                transaction are checked when the block is entered).
+        """
+        if self._joined is None:
+            self._joined = Joined(
+                self.path,
+                repr(self),
+                op="transaction",
+                why="the records must commit in the file the store reads",
+            )
+        return SQLiteJoinedRecords(self, conn, self._joined, self._translate)
 
     def ledger(self) -> SQLiteLedger:
         """The effect ledger in this file, shared by every process using it (created on
