@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from telegram_idem._admission import Admission
 from telegram_idem._keys import KeyBuilder
-from telegram_idem._records import Claim
+from telegram_idem._records import Claim, Record
 from telegram_idem.errors import ConfigurationError
 
 __all__ = [
@@ -356,6 +356,34 @@ class bind_action:
             attempt,
             once,
             name,
+        )
+
+    @classmethod
+    def of_record(
+        cls,
+        record: Record,
+        idem: Guard,
+        *,
+        lease: float,
+        once: Literal["at_least", "at_most"] = "at_least",
+        name: str = "",
+    ) -> bind_action:
+        """The binding of the run that just acquired ``record`` (its claim's record)
+        with a lease of ``lease`` seconds: its key and token, the run's epoch
+        (``fencing_token - attempts``), the record's expiry and the store's time at the
+        claim (``lease_expires_at - lease``), so its steps' keys carry the run and their
+        records are kept no longer than this one. Every guard that runs a claimed key
+        (the store's, or a joined transaction's) binds it this way."""
+        return cls(
+            record.key,
+            record.fencing_token,
+            idem,
+            epoch=record.fencing_token - record.attempts,
+            expires_at=record.expires_at,
+            claimed_at=record.lease_expires_at - lease,
+            attempt=record.attempts,
+            once=once,
+            name=name,
         )
 
     def __enter__(self) -> ActionContext:

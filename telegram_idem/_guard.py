@@ -506,16 +506,8 @@ class Idem:
         record = claim.record
         key, token = record.key, claim.token
 
-        binding = bind_action(
-            key,
-            token,
-            self,
-            epoch=record.fencing_token - record.attempts,
-            expires_at=record.expires_at,
-            claimed_at=record.lease_expires_at - lease,
-            attempt=record.attempts,
-            once=policy.once,
-            name=handler or "",
+        binding = bind_action.of_record(
+            record, self, lease=lease, once=policy.once, name=handler or ""
         )
         if policy.at_most:
             return await run_at_most(
