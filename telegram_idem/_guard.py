@@ -426,6 +426,14 @@ class Idem:
             retention = kept = _capped(kept, lease, parent.retention_left())
         joined = bound_transaction()
         if joined is not None and joined.store is self.store:
+            if policy.at_most:
+                raise ConfigurationError(
+                    f"{key}: once='at_most' cannot run inside idem.transaction(...): its "
+                    "record would roll back with your transaction while an effect outside "
+                    "the database stays, so a retry would run it again. Run the "
+                    "at-most-once step before or after the transaction; a database-only "
+                    "effect needs no once= there (the transaction makes it exactly once)"
+                )
             return await run_joined(
                 self,
                 joined,
@@ -435,9 +443,9 @@ class Idem:
                 on_error=on_error,
                 lease=lease,
                 retention=retention,
+                kept=kept,
                 handler=handler,
                 boundary=boundary,
-                options=policy,
             )
         if policy.at_most:
             ledger_of(self.store)  # a clear error before anything is claimed

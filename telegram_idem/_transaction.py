@@ -19,9 +19,12 @@ database, an open transaction), and binds the :class:`JoinedTransaction` for the
 
 A concurrent duplicate in another transaction blocks on the key until this one ends,
 then replays what it committed, or acquires after a rollback. Nothing is marked completed
-unless ``fn`` returned and the bot commits. The ``once=`` options of a step or action do
-not apply here: the record commits with the effect, so a database effect is exactly once
-whatever they say. No heartbeat runs: the open transaction holds the key's row.
+unless ``fn`` returned and the bot commits. The record commits with the effect, so a
+database effect is exactly once without ``once=``; ``once="at_most"`` is refused inside
+the block (``Idem.run`` raises :class:`~telegram_idem.errors.ConfigurationError`), since
+its record would roll back while an effect outside the database stays. Error classes do
+not apply either: the bot's transaction decides what stays. No heartbeat runs: the open
+transaction holds the key's row.
 """
 
 from __future__ import annotations
@@ -110,13 +113,16 @@ async def run_joined(
     on_error: Literal["release", "store"],
     lease: float,
     retention: float,
+    kept: float | None = None,
     handler: str | None,
     boundary: Literal["action", "step"],
-    options: Any = None,
 ) -> T:
     """:meth:`telegram_idem.Idem.run` for a key whose store is joined to the bound
-    transaction (the table of the module docstring). ``options`` (the run's ``once=``
-    and error classes) are ignored: the record commits with the effect.
+    transaction (the table of the module docstring): claimed with ``retention`` seconds,
+    completed with ``kept`` seconds (a ``window=`` action's window; default
+    ``retention``). The run binds the action like the store's own runs do
+    (:meth:`~telegram_idem._context.bind_action.of_record`), so its steps' keys carry the
+    run and their records are kept no longer than its own.
 
     Raises:
         ConflictError: same key, different fingerprint.
@@ -164,7 +170,7 @@ async def run_joined(
         )
     token = claim.token
     try:
-        with bind_action(key, token, idem):
+        with bind_action.of_record(claim.record, idem, lease=lease, name=handler or ""):
             value = await fn()
     except Exception as exc:
         await _settle_failure(records, key, token, exc, on_error, retention)
@@ -174,7 +180,7 @@ async def run_joined(
     except ResultEncodingError as exc:
         await records.fail(key, token, _failure(exc), retention=retention)
         raise
-    if not await records.complete(key, token, data, retention=retention):
+    if not await records.complete(key, token, data, retention=kept or retention):
         raise LostClaimError(
             f"{key}: fencing token {token} was taken over; result not stored", key=key
         )

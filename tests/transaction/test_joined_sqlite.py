@@ -344,3 +344,47 @@ async def test_an_action_of_another_store_inside_the_block_does_not_join(
 
 async def _value(v: int) -> int:
     return v
+
+
+async def test_at_most_once_inside_a_joined_transaction_is_refused_before_anything_runs(
+    tx: Tx, shop: tuple[Idem, str]
+) -> None:
+    """Its record would roll back with the transaction while an outside effect stays."""
+    idem, path = shop
+    effects: list[str] = []
+
+    async def charge() -> str:
+        effects.append("charged")
+        return "ok"
+
+    with pytest.raises(ConfigurationError, match="at_most"):
+        async with tx.begin():
+            async with idem.transaction(tx.conn):
+                await idem.run("charge:1", charge, once="at_most")
+    assert effects == [] and await idem.store.get("charge:1") is None
+    assert await idem.store.ledger().get("charge:1") is None
+
+
+async def test_a_joined_runs_steps_expire_with_it_and_a_window_is_kept(
+    tx: Tx, shop: tuple[Idem, str]
+) -> None:
+    """The joined run binds its action as the store's runs do: a step's record is kept
+    no longer than the action's, and a ``window=`` action keeps its window, not the
+    claim's retention."""
+    idem, _ = shop
+
+    async def action() -> str:
+        return await idem.step("credit", lambda: asyncio.sleep(0, "credited"))
+
+    async with tx.begin():
+        async with idem.transaction(tx.conn):
+            assert await idem.run("order:8", action, retention=120.0) == "credited"
+            assert await idem.run("nav:1", lambda: asyncio.sleep(0, "page"), window=5.0)
+    parent = await idem.store.get("order:8")
+    step = await idem.store.get(idem.keys.step("order:8", "credit"))
+    assert parent is not None and step is not None
+    assert step.expires_at <= parent.expires_at + 0.5
+    assert parent.expires_at - step.lease_expires_at < 130  # not the day-long default
+    nav = await idem.store.get("nav:1")
+    assert nav is not None and nav.status is Status.COMPLETED
+    assert nav.expires_at - (nav.lease_expires_at - idem.lease) < 10  # the window
