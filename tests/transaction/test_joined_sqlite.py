@@ -350,7 +350,7 @@ async def test_at_most_once_inside_a_joined_transaction_is_refused_before_anythi
     tx: Tx, shop: tuple[Idem, str]
 ) -> None:
     """Its record would roll back with the transaction while an outside effect stays."""
-    idem, path = shop
+    idem, _ = shop
     effects: list[str] = []
 
     async def charge() -> str:
