@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from telegram_idem._admitted import release_quietly
 from telegram_idem._context import bound_update
-from telegram_idem._effects import EffectPolicy, Meaning, classify, failure_bytes
+from telegram_idem._effects import EffectPolicy, Meaning, classify
+from telegram_idem._settled import failure_bytes
 from telegram_idem.errors import LostClaimError, ResultEncodingError, UnknownOutcomeError
 from telegram_idem.events import emit_decision
 from telegram_idem.ledger import Ledger, LedgerEntry, LedgerState

@@ -31,7 +31,6 @@ here: the runner treats it as ambiguous under ``at_most`` and releases under
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,7 +54,6 @@ __all__ = [
     "Once",
     "classify",
     "effect_policy",
-    "failure_bytes",
 ]
 
 Once = Literal["at_least", "at_most"]
@@ -231,9 +229,3 @@ def classify(exc: BaseException, policy: EffectPolicy) -> Meaning:
     if policy.on_error == "store":
         return Meaning.PERMANENT
     return Meaning.AMBIGUOUS if policy.at_most else Meaning.NOT_APPLIED
-
-
-def failure_bytes(exc: BaseException) -> bytes:
-    """How a stored failure is recorded: ``{"type": ..., "message": ...}`` as JSON
-    (replayed as :class:`~telegram_idem.errors.StoredFailureError`). Never raises."""
-    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
@@ -42,26 +41,24 @@ from telegram_idem._effects import (
     Once,
     classify,
     effect_policy,
-    failure_bytes,
 )
 from telegram_idem._heartbeat import heartbeat
 from telegram_idem._inbox_admission import admit_to_inbox
 from telegram_idem._joined import JoinedTransaction, bound_transaction
 from telegram_idem._keys import KeyBuilder
 from telegram_idem._locks import acquire_lock
-from telegram_idem._records import Claim, Outcome, Record
+from telegram_idem._records import Claim, Outcome
+from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
 from telegram_idem._transaction import run_joined, transaction
 from telegram_idem._unresolved import Unresolved, oldest_unresolved_age, resolve, unresolved
 from telegram_idem._updates import ordering_key
 from telegram_idem.backends import Store, ledger_of, store_from_url
 from telegram_idem.errors import (
     ConfigurationError,
-    ConflictError,
     InProgressError,
     LockHeldError,
     LostClaimError,
     ResultEncodingError,
-    StoredFailureError,
 )
 from telegram_idem.events import emit_decision
 from telegram_idem.inbox import Inbox, NewEntry
@@ -478,17 +475,8 @@ class Idem:
                 return await self._run_acquired(
                     claim, fn, policy, lease, kept, handler=handler, boundary=boundary
                 )
-            if outcome is Outcome.REPLAY:
-                assert claim.record.result is not None
-                return self.codec.decode(claim.record.result)  # type: ignore[no-any-return]
-            if outcome is Outcome.FAILED:
-                raise _stored_failure(claim.record)
-            if outcome is Outcome.CONFLICT:
-                raise ConflictError(
-                    f"{key} was first used with a different payload fingerprint",
-                    key=key,
-                    record=claim.record,
-                )
+            if outcome in SETTLED:
+                return settled_answer(claim, self.codec)  # type: ignore[no-any-return]
             if in_progress == "drop":
                 return None  # type: ignore[return-value]
             # "wait" looks again at least once, however slow the first claim was.
@@ -859,17 +847,3 @@ def _capped(retention: float, lease: float, left: float) -> float:
     action's record (never less than the lease: the store needs that much while it
     runs, and a heartbeat keeps a running action's record at least that long)."""
     return min(retention, max(left, lease))
-
-
-def _stored_failure(record: Record) -> StoredFailureError:
-    info: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, TypeError):
-        info = json.loads(record.result or b"{}")
-    return StoredFailureError(
-        f"{record.key} failed before and its failure was stored: "
-        f"{info.get('type', '?')}: {info.get('message', '')}",
-        key=record.key,
-        record=record,
-        error_type=str(info.get("type", "")),
-        error_message=str(info.get("message", "")),
-    )

@@ -30,24 +30,22 @@ transaction holds the key's row.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from telegram_idem._context import bind_action, bound_update
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
-from telegram_idem._records import Outcome, Record
+from telegram_idem._records import Outcome
+from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
 from telegram_idem.backends import joined_of
 from telegram_idem.errors import (
-    ConflictError,
     InProgressError,
     LostClaimError,
     ResultEncodingError,
-    StoredFailureError,
     StoreError,
 )
 from telegram_idem.events import emit_decision
@@ -151,17 +149,8 @@ async def run_joined(
         elapsed_ms=(time.perf_counter() - started) * 1000,
         bot_id=bot_id,
     )
-    if outcome is Outcome.REPLAY:
-        assert claim.record.result is not None
-        return idem.codec.decode(claim.record.result)  # type: ignore[no-any-return]
-    if outcome is Outcome.FAILED:
-        raise _stored_failure(claim.record)
-    if outcome is Outcome.CONFLICT:
-        raise ConflictError(
-            f"{key} was first used with a different payload fingerprint",
-            key=key,
-            record=claim.record,
-        )
+    if outcome in SETTLED:
+        return settled_answer(claim, idem.codec)  # type: ignore[no-any-return]
     if outcome is Outcome.IN_PROGRESS:
         raise InProgressError(
             f"{key} is in progress elsewhere (outside this transaction)",
@@ -178,7 +167,7 @@ async def run_joined(
     try:
         data = idem.codec.encode(value)
     except ResultEncodingError as exc:
-        await records.fail(key, token, _failure(exc), retention=retention)
+        await records.fail(key, token, failure_bytes(exc), retention=retention)
         raise
     if not await records.complete(key, token, data, retention=kept or retention):
         raise LostClaimError(
@@ -203,7 +192,7 @@ async def _settle_failure(
     """
     try:
         if on_error == "store":
-            await records.fail(key, token, _failure(exc), retention=retention)
+            await records.fail(key, token, failure_bytes(exc), retention=retention)
         else:
             await records.release(key, token)
     except StoreError as error:
@@ -212,19 +201,3 @@ async def _settle_failure(
 
 # The stored failure's shape is the guard's (``_guard._failure``); written here too since
 # the guard imports this module.
-def _failure(exc: BaseException) -> bytes:
-    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
-
-
-def _stored_failure(record: Record) -> StoredFailureError:
-    info: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, TypeError):
-        info = json.loads(record.result or b"{}")
-    return StoredFailureError(
-        f"{record.key} failed before and its failure was stored: "
-        f"{info.get('type', '?')}: {info.get('message', '')}",
-        key=record.key,
-        record=record,
-        error_type=str(info.get("type", "")),
-        error_message=str(info.get("message", "")),
-    )
