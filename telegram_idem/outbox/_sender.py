@@ -28,6 +28,12 @@ writes (``Outbox.enqueue_in``) and ``call`` returns its effect key at once: the 
 not visible before the transaction commits, so nothing can wait for it there. After the
 commit, ``await outbound.result(key)`` waits for it; the relay sends it either way.
 ``wait=None`` returns the effect key without waiting too.
+
+**Inside** ``async with idem.transaction(conn)`` (a joined transaction of the store this
+outbox belongs to), ``conn`` need not be given: ``enqueue`` and ``call(..., wait=None)``
+use the bound connection, so the entry commits with the business writes and the action's
+record. ``call`` that would wait for the answer there raises
+:class:`~telegram_idem.errors.ConfigurationError`: the relay cannot send before the commit.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from telegram_idem._context import current_action
+from telegram_idem._joined import bound_transaction
 from telegram_idem._keys import KeyBuilder
 from telegram_idem.errors import (
     ChatParkedError,
@@ -239,7 +246,9 @@ class Outbound:
             wait: seconds to wait for the outcome; ``None``: return the effect key at
                 once (a running relay sends it).
             conn: the caller's open database transaction to enqueue in: returns the
-                effect key at once (nothing can wait inside the transaction).
+                effect key at once (nothing can wait inside the transaction). Inside
+                ``idem.transaction(conn)`` on this outbox's store, the bound connection
+                is the default.
 
         Returns:
             Telegram's ``result`` (JSON: a dict for a Message, ``True`` for most others);
@@ -254,8 +263,17 @@ class Outbound:
             DeliveryTimeoutError: not settled within ``wait``; it is still sent.
             CallNotSent: a call that is not durable could not be sent.
             StoreError: the store could not answer.
-            ConfigurationError: ``conn`` given to a store that cannot join it.
+            ConfigurationError: ``conn`` given to a store that cannot join it, or a call
+                that waits (``wait`` not ``None``) inside ``idem.transaction(conn)``.
         """
+        if conn is None:
+            conn = self._joined_conn()
+            if conn is not None and wait is not None:
+                raise ConfigurationError(
+                    f"{method}: call(..., wait=...) inside idem.transaction(conn) cannot "
+                    "wait: the relay sends only after the transaction commits; use "
+                    "enqueue(...) (or wait=None), then await result(key) after the commit"
+                )
         body = encode_params(params)
         prio = REPLY if priority is None else priority
         effect = self.effect_key(method, body, key)
@@ -288,6 +306,19 @@ class Outbound:
                 raise inline.exception()  # type: ignore[misc]
         return await self._outcome(effect, deadline, wait)
 
+    def _joined_conn(self) -> object | None:
+        """The connection of the bound ``idem.transaction(conn)`` if its store is this
+        outbox's (same outbox object), else ``None``."""
+        joined = bound_transaction()
+        if joined is None:
+            return None
+        getter = getattr(joined.store, "outbox", None)
+        try:
+            mine = callable(getter) and getter() is self.outbox
+        except ConfigurationError:  # a store without an outbox
+            mine = False
+        return joined.conn if mine else None
+
     async def enqueue(
         self,
         method: str,
@@ -305,7 +336,9 @@ class Outbound:
         later with :meth:`result`.
 
         Args:
-            method, params, key, policy, priority, conn: as :meth:`call`.
+            method, params, key, policy, priority, conn: as :meth:`call` (inside
+                ``idem.transaction(conn)`` on this outbox's store, the bound connection
+                is the default: the entry commits with the bot's writes).
 
         Returns:
             The effect key.

@@ -22,6 +22,7 @@ from telegram_idem.backends.postgres._connection import PoolOptions, PostgresCon
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
 from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
+from telegram_idem.backends.postgres._joined_records import PostgresJoinedRecords
 from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
 from telegram_idem.backends.postgres._sql import build_records_sql
@@ -322,6 +323,23 @@ class PostgresStore(Store):
         if self._outbox is None:
             self._outbox = PostgresOutbox(self.connection)
         return self._outbox
+
+    def joined(self, conn: object) -> PostgresJoinedRecords:
+        """The records written on the bot's connection ``conn``, inside its transaction
+        on this database (``async with idem.transaction(conn)``; see
+        :class:`~telegram_idem.backends.postgres._joined_records.PostgresJoinedRecords`):
+        the store's own statements, so the same decisions, by the same clock.
+
+        Args:
+            conn: an asyncpg ``Connection`` or pool connection inside a transaction, or
+                an SQLAlchemy ``AsyncConnection`` / ``AsyncSession`` on PostgreSQL, on
+                the database that holds this store's tables.
+
+        Raises:
+            ConfigurationError: ``conn`` is of another kind (its transaction and its
+                database are checked when the block is entered).
+        """
+        return PostgresJoinedRecords(self, conn)
 
     def flood_budget(self) -> FloodBudget:
         """The flood-control budgets in ``<table_prefix>_flood``, shared by every process

@@ -15,6 +15,8 @@ from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._join import Joined
+from telegram_idem.backends.sqlite._joined_records import SQLiteJoinedRecords
 from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._schema import RecordRows
 
@@ -62,6 +64,7 @@ class SQLiteStore(LocalStore):
         self._inbox: SQLiteInbox | None = None
         self._outbox: SQLiteOutbox | None = None
         self._flood: SQLiteFloodBudget | None = None
+        self._joined: Joined | None = None
         self._purge_every = purge_every
 
     def __repr__(self) -> str:
@@ -112,6 +115,29 @@ class SQLiteStore(LocalStore):
         if self._flood is None:
             self._flood = SQLiteFloodBudget(self._connection, forget_every=self._purge_every)
         return self._flood
+
+    def joined(self, conn: object) -> SQLiteJoinedRecords:
+        """The records written on the bot's connection ``conn``, inside its transaction
+        on this file (``async with idem.transaction(conn)``; see
+        :class:`~telegram_idem.backends.sqlite._joined_records.SQLiteJoinedRecords`).
+
+        Args:
+            conn: a ``sqlite3.Connection``, an ``aiosqlite.Connection``, or an
+                SQLAlchemy ``AsyncConnection`` / ``AsyncSession`` on
+                ``sqlite+aiosqlite``, on this store's file.
+
+        Raises:
+            ConfigurationError: ``conn`` is of another kind (its file and its
+                transaction are checked when the block is entered).
+        """
+        if self._joined is None:
+            self._joined = Joined(
+                self.path,
+                repr(self),
+                op="transaction",
+                why="the records must commit in the file the store reads",
+            )
+        return SQLiteJoinedRecords(self, conn, self._joined)
 
     async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
         return await self._connection.transaction(lambda conn, now: body(RecordRows(conn), now))
