@@ -10,13 +10,21 @@ from telegram_idem._admitted import AdmissionHost, Admitted
 from telegram_idem._callbacks import CallbackTokens
 from telegram_idem._clock import ManualClock
 from telegram_idem._codec import JsonCodec, ResultCodec
-from telegram_idem._context import Guard, UpdateContext, bind_update, current_update
+from telegram_idem._context import (
+    EffectContext,
+    Guard,
+    UpdateContext,
+    bind_update,
+    current_update,
+    effect_context,
+)
 from telegram_idem._decorator import idempotent
 from telegram_idem._guard import Idem
 from telegram_idem._joined import JoinedTransaction
 from telegram_idem._keys import KeyBuilder, fingerprint, render_template
 from telegram_idem._ordering import Ordering
 from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem._unresolved import Unresolved
 from telegram_idem._updates import bot_id_from_token
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import (
@@ -67,6 +75,7 @@ __all__ = [
     "ConflictError",
     "DecisionEvent",
     "DeliveryTimeoutError",
+    "EffectContext",
     "EffectError",
     "ExpiredCallbackTokenError",
     "ForgedCallbackTokenError",
@@ -100,11 +109,13 @@ __all__ = [
     "StoredFailureError",
     "UnknownCallbackTokenError",
     "UnknownOutcomeError",
+    "Unresolved",
     "UpdateContext",
     "UpdateInProgressError",
     "bind_update",
     "bot_id_from_token",
     "current_update",
+    "effect_context",
     "fingerprint",
     "idempotent",
     "render_template",

@@ -2,8 +2,11 @@
 
 The adapter (aiogram middleware, PTB processor, webhook worker) binds an
 :class:`UpdateContext` for the duration of one update; ``@idempotent`` and steps read it,
-so the same decorator works in every framework. An action binds an :class:`ActionContext`
-so its steps know their parent key.
+so the same decorator works in every framework. An action (and a step) binds an
+:class:`ActionContext` so its steps know their parent key, its run (the epoch their keys
+carry) and how long its record is kept; its :class:`EffectContext` is what the effect
+itself may read (:func:`effect_context`): a stable idempotency key for a provider and
+the current fencing token.
 
 This module sits below the guard: it knows the guard only as the :class:`Guard`
 protocol (:class:`telegram_idem.Idem` is one), so it imports nothing above it.
@@ -11,7 +14,11 @@ protocol (:class:`telegram_idem.Idem` is one), so it imports nothing above it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import base64
+import hashlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,12 +31,15 @@ from telegram_idem.errors import ConfigurationError
 
 __all__ = [
     "ActionContext",
+    "EffectContext",
     "Guard",
     "UpdateContext",
     "bind_update",
     "bound_update",
     "current_action",
     "current_update",
+    "effect_context",
+    "idempotency_key_of",
 ]
 
 T = TypeVar("T")
@@ -56,6 +66,10 @@ class Guard(Protocol):
         handler: str | None = None,
         boundary: Literal["action", "step"] = "action",
         window: float | None = None,
+        once: Literal["at_least", "at_most"] = "at_least",
+        not_applied: Sequence[type[BaseException]] = (),
+        permanent: Sequence[type[BaseException]] = (),
+        ambiguous: Sequence[type[BaseException]] = (),
     ) -> T:
         """:meth:`telegram_idem.Idem.run`."""
         ...
@@ -66,6 +80,12 @@ class Guard(Protocol):
         fn: Callable[..., Awaitable[T]],
         *args: Any,
         key: str | None = None,
+        once: Literal["at_least", "at_most"] = "at_least",
+        on_error: Literal["release", "store"] = "release",
+        not_applied: Sequence[type[BaseException]] = (),
+        permanent: Sequence[type[BaseException]] = (),
+        ambiguous: Sequence[type[BaseException]] = (),
+        context: bool = False,
         **kwargs: Any,
     ) -> T:
         """:meth:`telegram_idem.Idem.step`."""
@@ -119,9 +139,50 @@ class UpdateContext:
         )
 
 
+IDEMPOTENCY_KEY_CHARS = 43
+"""Length of :attr:`EffectContext.idempotency_key` (URL-safe base64 of a SHA-256)."""
+
+
+def idempotency_key_of(key: str) -> str:
+    """The stable idempotency key of the step or action ``key``: the URL-safe base64 of
+    its SHA-256, unpadded: 43 characters of ``[A-Za-z0-9_-]``, the same for every
+    attempt and every worker (it depends on ``key`` only). Never raises."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class EffectContext:
+    """What a running step or action tells its effect (:func:`effect_context`, or the
+    first argument of a step run with ``context=True``).
+
+    Attributes:
+        key: the step's or action's full idempotency key.
+        idempotency_key: a stable key for the effect's provider (a payment API's
+            ``Idempotency-Key`` header, a ledger's unique column): 43 characters of
+            ``[A-Za-z0-9_-]`` derived from ``key`` only, so every attempt and every
+            worker sends the same one (:func:`idempotency_key_of`).
+        fencing_token: the current holder's fencing token; it grows at every takeover,
+            so an effect can make its own writes conditional on it (``... WHERE
+            token < :fencing_token``) and a stalled holder's late write loses.
+        attempt: how many times the key has been acquired in this run (1 the first
+            time, +1 at every takeover or retry after a release).
+        once: ``"at_least"`` or ``"at_most"``.
+        name: the step's name, or the action's handler name (its key when it has
+            none).
+    """
+
+    key: str
+    idempotency_key: str
+    fencing_token: int
+    attempt: int
+    once: Literal["at_least", "at_most"]
+    name: str
+
+
 @dataclass(frozen=True, slots=True)
 class ActionContext:
-    """The action being run.
+    """The action (or step) being run.
 
     Attributes:
         key: the action's full key.
@@ -131,18 +192,42 @@ class ActionContext:
         calls: how many outbox calls of each content digest it has made so far (the
             ``n`` of their effect keys: stable under ``asyncio.gather``, because identical
             calls are interchangeable and distinct ones never share a counter).
+        epoch: the identity of this run of the key: the record's ``fencing_token -
+            attempts`` when it was claimed, the same across takeovers and retries of one
+            run, another after the record expired and the key was acquired afresh. Its
+            steps' keys carry it (:meth:`~telegram_idem.KeyBuilder.step`), so a step
+            recorded by an earlier run is never replayed into this one.
+        expires_at: seconds since the epoch (store clock) when the record was to expire
+            as claimed (``inf`` when unknown); its steps' records are kept no longer.
+        claimed_at: seconds since the epoch (store clock) of the claim.
+        claimed_mono: ``time.monotonic()`` at the claim (to estimate the store's time
+            later without a round trip).
+        effect: what the running effect may read (:func:`effect_context`), or ``None``.
     """
 
     key: str
     token: int
     idem: Guard
     calls: dict[str, int] = field(default_factory=dict)
+    epoch: int = 0
+    expires_at: float = math.inf
+    claimed_at: float = 0.0
+    claimed_mono: float = 0.0
+    effect: EffectContext | None = None
 
     def next_call(self, digest: str) -> int:
         """The index of the next call with content ``digest`` in this action (from 0)."""
         n = self.calls.get(digest, 0)
         self.calls[digest] = n + 1
         return n
+
+    def retention_left(self, store_now: float | None = None) -> float:
+        """Seconds left of this record's retention as claimed: at ``store_now`` (store
+        clock) when given, else estimated from the claim and the monotonic clock
+        (``inf`` when unknown; may be ≤ 0)."""
+        if store_now is None:
+            store_now = self.claimed_at + (time.monotonic() - self.claimed_mono)
+        return self.expires_at - store_now
 
 
 _update: ContextVar[UpdateContext | None] = ContextVar("telegram_idem_update", default=None)
@@ -173,6 +258,20 @@ def current_update() -> UpdateContext:
 def current_action() -> ActionContext | None:
     """The action being run in this task, or ``None``."""
     return _action.get()
+
+
+def effect_context() -> EffectContext:
+    """The innermost running step's or action's :class:`EffectContext`.
+
+    Raises:
+        ConfigurationError: no step or action is running in this task.
+    """
+    action = _action.get()
+    if action is None or action.effect is None:
+        raise ConfigurationError(
+            "effect_context() is only available inside a running step or @idempotent action"
+        )
+    return action.effect
 
 
 class bind_update:
@@ -207,9 +306,28 @@ class bind_update:
 
 
 @contextmanager
-def bind_action(key: str, token: int, idem: Guard) -> Iterator[ActionContext]:
-    """Bind the running action (used by the action guard)."""
-    ctx = ActionContext(key, token, idem)
+def bind_action(
+    key: str,
+    token: int,
+    idem: Guard,
+    *,
+    epoch: int = 0,
+    expires_at: float = math.inf,
+    claimed_at: float = 0.0,
+    effect: EffectContext | None = None,
+) -> Iterator[ActionContext]:
+    """Bind the running action or step (used by the guards; the arguments are
+    :class:`ActionContext`'s)."""
+    ctx = ActionContext(
+        key,
+        token,
+        idem,
+        epoch=epoch,
+        expires_at=expires_at,
+        claimed_at=claimed_at,
+        claimed_mono=time.monotonic(),
+        effect=effect,
+    )
     reset = _action.set(ctx)
     try:
         yield ctx

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from telegram_idem._context import current_update
-from telegram_idem._guard import ErrorPolicy, InProgressPolicy
+from telegram_idem._effects import ErrorTypes, effect_policy
+from telegram_idem._guard import ErrorPolicy, InProgressPolicy, Once
 from telegram_idem._keys import KeySource, fingerprint, render_key
 from telegram_idem.errors import ConfigurationError
 
@@ -66,6 +67,10 @@ def idempotent(
     retention: float | None = None,
     wait_timeout: float | None = None,
     window: float | None = None,
+    once: Once = "at_least",
+    not_applied: ErrorTypes = (),
+    permanent: ErrorTypes = (),
+    ambiguous: ErrorTypes = (),
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
     """Make an async handler run once per idempotency key; repeats replay its result.
 
@@ -83,23 +88,41 @@ def idempotent(
             buttons: a repeat within ``window`` seconds after the run finished is a
             replay, a later one runs again); independent of ``lease``. Not together
             with ``retention``. See :meth:`telegram_idem.Idem.run`.
+        once: ``"at_least"`` (default: a handler whose holder crashed runs again) or
+            ``"at_most"`` (it becomes unknown instead: every retry raises
+            ``UnknownOutcomeError`` until ``idem.resolve`` settles it; needs a store
+            with an effect ledger). Inside the handler,
+            :func:`telegram_idem.effect_context` gives its stable ``idempotency_key``
+            and fencing token.
+        not_applied, permanent, ambiguous: exception classes with that meaning (see
+            :meth:`telegram_idem.Idem.run`).
 
     Raises (at call time):
-        ConfigurationError: no update bound (adapter not installed).
+        ConfigurationError: no update bound (adapter not installed), or ``at_most`` on
+            a store without an effect ledger.
         KeyTemplateError: the template names a field the update lacks, or the key
             callable returned anything but a non-empty ``str`` (nothing is stored).
-        ConflictError, InProgressError, StoredFailureError, LostClaimError, StoreError:
-            see :meth:`telegram_idem.Idem.run`.
+        ConflictError, InProgressError, StoredFailureError, UnknownOutcomeError,
+            LostClaimError, StoreError: see :meth:`telegram_idem.Idem.run`.
 
     Raises (at decoration):
         TypeError: the handler is not an ``async def``.
-        ConfigurationError: ``window`` given with ``retention``, or not > 0.
+        ConfigurationError: ``window`` given with ``retention``, or not > 0; an unknown
+            ``once`` or ``on_error``; an error list holding anything but exception
+            classes, or one class in two lists.
     """
     if window is not None and (retention is not None or not window > 0):
         raise ConfigurationError(
             f"@idempotent: window must be > 0 seconds and not given with retention "
             f"(window={window!r}, retention={retention!r})"
         )
+    policy = effect_policy(
+        once=once,
+        not_applied=not_applied,
+        permanent=permanent,
+        ambiguous=ambiguous,
+        on_error=on_error,
+    )
 
     def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         if not inspect.iscoroutinefunction(inspect.unwrap(fn)):
@@ -127,6 +150,10 @@ def idempotent(
                 wait_timeout=wait_timeout,
                 handler=name,
                 window=window,
+                once=policy.once,
+                not_applied=policy.not_applied,
+                permanent=policy.permanent,
+                ambiguous=policy.ambiguous,
             )
 
         try:

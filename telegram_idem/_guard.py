@@ -3,7 +3,10 @@ update guard, the action guard, side-effect steps and locks over it.
 
 The decisions themselves live in :mod:`telegram_idem.machine` (and natively in server
 stores); this module turns them into behaviour: run, replay, raise, wait or drop. The
-update guard's admission (:meth:`Idem.admit`) is :mod:`telegram_idem._admitted`'s.
+update guard's admission (:meth:`Idem.admit`) is :mod:`telegram_idem._admitted`'s; what an
+effect's failure means is :mod:`telegram_idem._effects`'s, the at-most-once protocol
+:mod:`telegram_idem._at_most`'s, reconciliation (:meth:`Idem.unresolved`,
+:meth:`Idem.resolve`) :mod:`telegram_idem._unresolved`'s.
 """
 
 from __future__ import annotations
@@ -13,15 +16,37 @@ import contextlib
 import json
 import logging
 import math
+import os
+import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from telegram_idem._admission import Admission, StorePolicy, StorePolicyLike
 from telegram_idem._admitted import Admitted, admit, adopt, claim_update, release_quietly
+from telegram_idem._at_most import run_at_most
 from telegram_idem._clock import Clock, system_clock
 from telegram_idem._codec import JsonCodec, ResultCodec
-from telegram_idem._context import bind_action, bound_update, current_action, current_update
+from telegram_idem._context import (
+    ActionContext,
+    EffectContext,
+    bind_action,
+    bound_update,
+    current_action,
+    current_update,
+    effect_context,
+    idempotency_key_of,
+)
+from telegram_idem._effects import (
+    AT_LEAST,
+    EffectPolicy,
+    ErrorTypes,
+    Meaning,
+    Once,
+    classify,
+    effect_policy,
+    failure_bytes,
+)
 from telegram_idem._heartbeat import heartbeat
 from telegram_idem._inbox_admission import admit_to_inbox
 from telegram_idem._joined import JoinedTransaction, bound_transaction
@@ -29,8 +54,9 @@ from telegram_idem._keys import KeyBuilder
 from telegram_idem._locks import acquire_lock
 from telegram_idem._records import Claim, Outcome, Record
 from telegram_idem._transaction import run_joined, transaction
+from telegram_idem._unresolved import Unresolved, oldest_unresolved_age, resolve, unresolved
 from telegram_idem._updates import ordering_key
-from telegram_idem.backends import Store, store_from_url
+from telegram_idem.backends import Store, ledger_of, store_from_url
 from telegram_idem.errors import (
     ConfigurationError,
     ConflictError,
@@ -43,7 +69,7 @@ from telegram_idem.errors import (
 from telegram_idem.events import emit_decision
 from telegram_idem.inbox import Inbox, NewEntry
 
-__all__ = ["ErrorPolicy", "Idem", "InProgressPolicy"]
+__all__ = ["ErrorPolicy", "Idem", "InProgressPolicy", "Once"]
 
 T = TypeVar("T")
 InProgressPolicy = Literal["raise", "wait", "drop"]
@@ -51,6 +77,14 @@ ErrorPolicy = Literal["release", "store"]
 Sleep = Callable[[float], Awaitable[None]]
 
 log = logging.getLogger("telegram_idem")
+
+_MISSING: Any = object()
+"""``Idem.resolve``'s "no result given"."""
+
+
+def default_holder() -> str:
+    """``"<hostname>:<pid>"``: who runs an at-most-once effect, for the operator."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Idem:
@@ -73,6 +107,9 @@ class Idem:
         heartbeat: extend leases while work runs.
         lock_retention: seconds a lock's record is kept after its ttl, so fencing tokens
             keep rising across holders (records purged after retention restart at 1).
+        holder: who this guard's process is, written beside every at-most-once effect
+            it starts and shown by :meth:`unresolved` (default ``"<hostname>:<pid>"``,
+            read when the effect starts, so a forked worker names itself).
     """
 
     def __init__(
@@ -88,7 +125,9 @@ class Idem:
         sleep: Sleep = asyncio.sleep,
         heartbeat: bool = True,
         lock_retention: float = 24 * 3600.0,
+        holder: str | None = None,
     ) -> None:
+        self._holder = holder
         self.store = store_from_url(store, clock=clock) if isinstance(store, str) else store
         self.keys = keys or KeyBuilder()
         self.codec: ResultCodec = codec or JsonCodec()
@@ -99,6 +138,12 @@ class Idem:
         self.sleep = sleep
         self.heartbeat = heartbeat
         self.lock_retention = lock_retention
+
+    @property
+    def holder(self) -> str:
+        """Who runs this guard's at-most-once effects (``holder=``, or
+        ``"<hostname>:<pid>"``)."""
+        return self._holder or default_holder()
 
     async def close(self) -> None:
         """Close the store."""
@@ -121,7 +166,7 @@ class Idem:
             data = self.codec.encode(value)
         except ResultEncodingError as exc:
             # The work is done; store the failure so it is not run again, then tell.
-            await self.store.fail(key, token, _failure(exc), retention=retention)
+            await self.store.fail(key, token, failure_bytes(exc), retention=retention)
             raise
         if not await self.store.complete(key, token, data, retention=retention):
             raise LostClaimError(
@@ -286,8 +331,30 @@ class Idem:
         handler: str | None = None,
         boundary: Literal["action", "step"] = "action",
         window: float | None = None,
+        once: Once = "at_least",
+        not_applied: ErrorTypes = (),
+        permanent: ErrorTypes = (),
+        ambiguous: ErrorTypes = (),
     ) -> T:
-        """Run ``fn`` at most once per ``key``; later calls get its stored result.
+        """Run ``fn`` once per ``key``; later calls get its stored result.
+
+        What "once" means is ``once``: ``"at_least"`` (the default) runs ``fn`` again
+        when a holder crashed before recording its outcome; ``"at_most"`` writes a
+        ledger row before running ``fn``, and a holder that finds the row of a crashed
+        predecessor raises :class:`UnknownOutcomeError` instead of running it again
+        (until :meth:`resolve` settles it). What an exception of ``fn`` means (not
+        applied, permanent, ambiguous) is decided by :mod:`telegram_idem._effects`:
+        the marker errors, then ``not_applied`` / ``permanent`` / ``ambiguous``, then
+        the library's and the frameworks' Bot API errors, then ``on_error``.
+
+        | ``fn``'s end | ``at_least`` | ``at_most`` |
+        |---|---|---|
+        | returns | completed (replayed) | completed (replayed) |
+        | not applied | released: a retry runs | released: a retry runs |
+        | permanent | failure stored: retries raise :class:`StoredFailureError` | the same |
+        | ambiguous | released: a retry runs | unknown: this call and every retry raise :class:`UnknownOutcomeError` |
+        | unclassified | ``on_error`` (``"release"``: not applied) | ambiguous (``on_error="store"``: permanent) |
+        | cancelled, or the process dies | released (a dead holder: its lease ends), a retry runs | unknown |
 
         Args:
             key: the full idempotency key (see :class:`KeyBuilder`).
@@ -298,8 +365,10 @@ class Idem:
                 :class:`InProgressError`, ``"wait"`` for its result (at most
                 ``wait_timeout`` seconds, default the lease), or ``"drop"`` (return
                 ``None`` without running).
-            on_error: ``"release"`` the claim when ``fn`` raises (a retry runs again), or
-                ``"store"`` the failure (a retry raises :class:`StoredFailureError`).
+            on_error: what an exception no rule classifies means: ``"release"`` the
+                claim (a retry runs again; under ``at_most`` such an exception is
+                ambiguous instead), or ``"store"`` the failure (a retry raises
+                :class:`StoredFailureError`).
             lease: seconds (default the guard's).
             retention: seconds the result is kept (default ``action_retention``).
             handler: name for the decision log.
@@ -308,19 +377,44 @@ class Idem:
                 ``window`` seconds replays, a later one runs again). The lease is not
                 affected: a repeat while the work runs is in progress, however long it
                 runs. ``None`` (default): ``retention`` applies.
+            once: ``"at_least"`` or ``"at_most"`` (needs a store with an effect ledger:
+                memory, SQLite, PostgreSQL, Redis, DynamoDB).
+            not_applied, permanent, ambiguous: exception classes with that meaning.
 
         Raises:
             ConfigurationError: ``window`` is not a positive finite number, or is given
-                together with ``retention``.
+                together with ``retention``; an unknown ``once`` or ``on_error``; an
+                error list holding anything but exception classes, or one class in two
+                lists; ``once="at_most"`` on a store without an effect ledger (the
+                message names the store).
             ConflictError: same key, different fingerprint.
             InProgressError: policy ``raise``, or ``wait`` timed out.
             StoredFailureError: replay of a stored failure.
+            UnknownOutcomeError: ``at_most`` only: an earlier holder was interrupted
+                after it started ``fn``, or ``fn`` failed ambiguously or was cancelled
+                (chained from its error); the message names the key, when and by whom
+                it started, the attempts, and how to settle it.
             LostClaimError: ``fn`` finished after its lease was taken over; the new
                 holder's record stands.
             ResultEncodingError: the result cannot be stored (stored as a failure).
             StoreError: the store could not answer.
-            Exception: whatever ``fn`` raised.
+            Exception: whatever ``fn`` raised (not applied or permanent).
         """
+        policy = (
+            AT_LEAST
+            if once == "at_least"
+            and on_error == "release"
+            and not (not_applied or permanent or ambiguous)
+            else effect_policy(
+                once=once,
+                not_applied=not_applied,
+                permanent=permanent,
+                ambiguous=ambiguous,
+                on_error=on_error,
+            )
+        )
+        if policy.at_most:
+            ledger_of(self.store)  # a clear error before anything is claimed
         lease = lease or self.lease
         if window is not None:
             if retention is not None:
@@ -331,6 +425,10 @@ class Idem:
             retention, kept = max(lease, window), window
         else:
             retention = kept = retention or self.action_retention
+        parent = current_action() if boundary == "step" else None
+        if parent is not None:
+            # A step's record never outlives its action's (its key carries the run too).
+            retention = kept = _capped(kept, lease, parent.retention_left())
         joined = bound_transaction()
         if joined is not None and joined.store is self.store:
             return await run_joined(
@@ -344,6 +442,7 @@ class Idem:
                 retention=retention,
                 handler=handler,
                 boundary=boundary,
+                options=policy,
             )
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
@@ -367,7 +466,13 @@ class Idem:
                 bot_id=bot_id,
             )
             if outcome is Outcome.ACQUIRED:
-                return await self._run_acquired(claim, fn, on_error, lease, kept)
+                if parent is not None:
+                    # The store's time at the claim is exact: cap the completion by it.
+                    claimed_at = claim.record.lease_expires_at - lease
+                    kept = _capped(kept, lease, parent.retention_left(claimed_at))
+                return await self._run_acquired(
+                    claim, fn, policy, lease, kept, handler=handler, boundary=boundary
+                )
             if outcome is Outcome.REPLAY:
                 assert claim.record.result is not None
                 return self.codec.decode(claim.record.result)  # type: ignore[no-any-return]
@@ -394,19 +499,58 @@ class Idem:
         self,
         claim: Claim,
         fn: Callable[[], Awaitable[T]],
-        on_error: ErrorPolicy,
+        policy: EffectPolicy,
         lease: float,
         retention: float,
+        *,
+        handler: str | None = None,
+        boundary: Literal["action", "step"] = "action",
     ) -> T:
-        key, token = claim.record.key, claim.token
-        try:
-            with bind_action(key, token, self):
+        record = claim.record
+        key, token = record.key, claim.token
+        effect = EffectContext(
+            key=key,
+            idempotency_key=idempotency_key_of(key),
+            fencing_token=token,
+            attempt=record.attempts,
+            once=policy.once,
+            name=handler or key,
+        )
+
+        @contextlib.contextmanager
+        def running() -> Iterator[ActionContext]:
+            with bind_action(
+                key,
+                token,
+                self,
+                epoch=record.fencing_token - record.attempts,
+                expires_at=record.expires_at,
+                claimed_at=record.lease_expires_at - lease,
+                effect=effect,
+            ) as bound:
                 with self._heartbeat(key, token, lease):
-                    value = await fn()
+                    yield bound
+
+        if policy.at_most:
+            return await run_at_most(
+                self,
+                ledger_of(self.store),
+                key,
+                token,
+                fn,
+                policy=policy,
+                retention=retention,
+                running=running,
+                boundary=boundary,
+                handler=handler,
+            )
+        try:
+            with running():
+                value = await fn()
         except Exception as exc:
-            if on_error == "store":
-                await self.store.fail(key, token, _failure(exc), retention=retention)
-            else:
+            if classify(exc, policy) is Meaning.PERMANENT:
+                await self.store.fail(key, token, failure_bytes(exc), retention=retention)
+            else:  # not applied, or ambiguous: at least once runs it again
                 await self._release_quietly(key, token)
             raise
         except BaseException:  # cancellation: let a retry run
@@ -452,6 +596,12 @@ class Idem:
         fn: Callable[..., Awaitable[T]],
         *args: Any,
         key: str | None = None,
+        once: Once = "at_least",
+        on_error: ErrorPolicy = "release",
+        not_applied: ErrorTypes = (),
+        permanent: ErrorTypes = (),
+        ambiguous: ErrorTypes = (),
+        context: bool = False,
         **kwargs: Any,
     ) -> T:
         """Run the side-effect step ``name`` once inside the current action.
@@ -459,29 +609,148 @@ class Idem:
         A retried action skips steps that completed and gets their stored results.
         Inside an action, the step is recorded by the :class:`Idem` running the action
         (next to the action's own record), whichever :class:`Idem` it is called on.
+        The step's record belongs to its action's run: its key carries the run's epoch
+        (``<action key>:s:<name>`` in the key's first run, ``<action key>:r<n>:s:<name>``
+        in a later one) and it is kept no longer than the action's record, so a step
+        recorded by an earlier run of the action key (after its retention or ``window``)
+        is never replayed into a new run. Steps have names, not positions: steps run
+        concurrently (``asyncio.gather``) keep their identities.
+
+        ``once``, ``on_error`` and the error lists are :meth:`run`'s; under
+        ``once="at_most"`` a retried action whose step was interrupted gets
+        :class:`UnknownOutcomeError` from this call (catch it to decide, or let it
+        propagate: the operator sees it in :meth:`unresolved`).
 
         Args:
             name: the step's name, unique within its action.
-            fn: the effect; called as ``fn(*args, **kwargs)``.
-            key: a full key to use instead of ``<action key>:s:<name>`` (for a step
-                outside an action).
+            fn: the effect; called as ``fn(*args, **kwargs)``, or as
+                ``fn(ctx, *args, **kwargs)`` with ``context=True``.
+            key: a full key to use instead of the action's step key (for a step outside
+                an action).
+            once: ``"at_least"`` (default) or ``"at_most"``.
+            on_error: ``"release"`` (default) or ``"store"``: what an unclassified
+                exception means (see :meth:`run`).
+            not_applied, permanent, ambiguous: exception classes with that meaning.
+            context: pass the step's :class:`EffectContext` (a stable
+                ``idempotency_key`` for a provider, the ``fencing_token``) as ``fn``'s
+                first argument.
 
         Raises:
-            ConfigurationError: no action is running and no ``key`` was given.
-            InProgressError, LostClaimError, ResultEncodingError, StoreError: as
-                :meth:`run`; and whatever ``fn`` raised.
+            ConfigurationError: no action is running and no ``key`` was given; a bad
+                ``once``, ``on_error`` or error list, or ``at_most`` on a store without
+                an effect ledger.
+            UnknownOutcomeError: ``at_most``: the step was interrupted before (or now
+                failed ambiguously); it is not run again until it is resolved.
+            InProgressError, StoredFailureError, LostClaimError, ResultEncodingError,
+                StoreError: as :meth:`run`; and whatever ``fn`` raised.
         """
         action = current_action()
         if action is not None and action.idem is not self:
-            return await action.idem.step(name, fn, *args, key=key, **kwargs)
+            return await action.idem.step(
+                name,
+                fn,
+                *args,
+                key=key,
+                once=once,
+                on_error=on_error,
+                not_applied=not_applied,
+                permanent=permanent,
+                ambiguous=ambiguous,
+                context=context,
+                **kwargs,
+            )
         if key is None:
             if action is None:
                 raise ConfigurationError(
                     f"step {name!r} needs a running @idempotent action, or an explicit key="
                 )
-            key = self.keys.step(action.key, name)
+            key = self.keys.step(action.key, name, action.epoch)
+
+        def call() -> Awaitable[T]:
+            if context:
+                return fn(effect_context(), *args, **kwargs)
+            return fn(*args, **kwargs)
+
         return await self.run(
-            key, lambda: fn(*args, **kwargs), in_progress="wait", handler=name, boundary="step"
+            key,
+            call,
+            in_progress="wait",
+            handler=name,
+            boundary="step",
+            once=once,
+            on_error=on_error,
+            not_applied=not_applied,
+            permanent=permanent,
+            ambiguous=ambiguous,
+        )
+
+    # -------------------------------------------------------- reconciliation
+
+    async def unresolved(self, *, prefix: str = "", limit: int = 100) -> list[Unresolved]:
+        """The effects that may or may not have happened, oldest first: at-most-once
+        steps and actions whose outcome is unknown (``UNKNOWN`` ledger rows, and
+        ``STARTED`` rows whose holder's lease ended or whose record is gone), and the
+        outbox's unknown sends (:attr:`~telegram_idem.outbox.CallStatus.UNKNOWN`).
+
+        A ``STARTED`` row whose record completed or failed is stale (its holder stopped
+        between the two writes): it is removed and not listed. A row whose holder's
+        lease is alive is running, not listed.
+
+        Args:
+            prefix: only keys starting with it (e.g. an action's key: its steps too).
+            limit: at most this many (≥ 1).
+
+        Returns:
+            :class:`Unresolved` items, oldest ``started_at`` first.
+
+        Raises:
+            ConfigurationError: ``limit`` < 1.
+            StoreError: the store could not answer.
+        """
+        return await unresolved(self, prefix=prefix, limit=limit)
+
+    async def oldest_unresolved_age(self) -> float | None:
+        """Seconds (store clock) since the oldest unresolved effect started, or
+        ``None`` when nothing is unresolved: the number to alert on.
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        return await oldest_unresolved_age(self)
+
+    async def resolve(self, key: str, *, result: Any = _MISSING, not_applied: bool = False) -> None:
+        """Settle the unresolved effect ``key`` (an item of :meth:`unresolved`): it took
+        effect with ``result`` (the next run of the key replays it: a step's action
+        gets it as the step's result), or it did not (``not_applied=True``: the next
+        run runs it).
+
+        Fenced: the resolver claims the key's record first (a fencing token above every
+        earlier holder's), so a late holder that wakes up afterwards cannot overwrite
+        the resolution (its completion raises :class:`LostClaimError`), and the first
+        resolution stands. An unknown send (an outbox call) is settled in the outbox:
+        ``result`` is Telegram's ``result`` (stored as JSON,
+        ``Outbox.resolve``), ``not_applied`` puts it back to be sent
+        (``Outbox.redrive``).
+
+        Args:
+            key: the unresolved key, as :meth:`unresolved` lists it.
+            result: the effect's result (storable by the codec; for a send, JSON).
+            not_applied: the effect did not happen.
+
+        Raises:
+            ConfigurationError: neither or both of ``result`` and ``not_applied``.
+            ResolveError: ``key`` has nothing to settle: no unknown step, action or
+                send, settled already, completed, or its holder's lease is still alive
+                (it is running: not unresolved yet).
+            ResultEncodingError: ``result`` cannot be stored by the codec.
+            StoreError: the store could not answer.
+        """
+        if (result is _MISSING) == (not not_applied):
+            raise ConfigurationError(
+                f"resolve({key!r}) needs exactly one of result=... or not_applied=True"
+            )
+        await resolve(
+            self, key, result=None if result is _MISSING else result, not_applied=not_applied
         )
 
     # --------------------------------------------------------------- locks
@@ -598,8 +867,11 @@ def _emit_lock(key: str, decision: str, token: int | None) -> None:
     )
 
 
-def _failure(exc: BaseException) -> bytes:
-    return json.dumps({"type": type(exc).__name__, "message": str(exc)}).encode()
+def _capped(retention: float, lease: float, left: float) -> float:
+    """A step's retention: ``retention``, but no longer than what is ``left`` of its
+    action's record (never less than the lease: the store needs that much while it
+    runs, and a heartbeat keeps a running action's record at least that long)."""
+    return min(retention, max(left, lease))
 
 
 def _stored_failure(record: Record) -> StoredFailureError:

@@ -4,7 +4,8 @@ Key layout (``prefix`` defaults to ``"idem"``)::
 
     {prefix}:{bot_id}:u:{update_id}          update guard
     {prefix}:{bot_id}:a:{action}             action guard (@idempotent)
-    {prefix}:{bot_id}:a:{action}:s:{step}    side-effect step inside an action
+    {prefix}:{bot_id}:a:{action}:s:{step}    side-effect step inside an action's first run
+    {prefix}:{bot_id}:a:{action}:r{n}:s:{step}  the same in a later run ``n`` of the key
     {prefix}:{bot_id}:l:{name}               lock
     {prefix}:{bot_id}:o:{name}               outbox call (effect key given by the caller)
     {action or step key}:o:{digest}:{n}      outbox call made inside an action or step
@@ -227,8 +228,20 @@ class KeyBuilder:
         """Key of an action (the rendered template)."""
         return bounded_key(f"{self.prefix}:{bot_id}:a:{action}")
 
-    def step(self, action_key: str, name: str) -> str:
-        """Key of a named side-effect step inside the action ``action_key``."""
+    def step(self, action_key: str, name: str, epoch: int = 0) -> str:
+        """Key of a named side-effect step inside the action ``action_key``.
+
+        Args:
+            action_key: the running action's (or step's) full key.
+            name: the step's name, unique within its action.
+            epoch: the action run's identity
+                (:attr:`~telegram_idem._context.ActionContext.epoch`): ``0`` for the
+                key's first run (``<action>:s:<name>``), ``n`` for a later one
+                (``<action>:r<n>:s:<name>``), so a step recorded by an earlier run of
+                the action key is never replayed into a new run.
+        """
+        if epoch:
+            return bounded_key(f"{action_key}:r{epoch}:s:{name}")
         return bounded_key(f"{action_key}:s:{name}")
 
     def lock(self, bot_id: int, name: str) -> str:

@@ -25,8 +25,11 @@ towards a second run: the row is removed only after the record says what happene
 for "not applied", where removing it first is safe (nothing happened).
 
 Rows never expire by themselves: an unknown outcome stays until it is settled. Every
-method takes the full key (it passes :func:`~telegram_idem._keys.bounded_key`); times are
-seconds since the epoch on the store's clock.
+method takes the full key and stores it as :func:`~telegram_idem._keys.bounded_key` gives
+it (``LedgerEntry.key`` is that bounded key); ``holder`` and ``detail`` are kept exactly
+when they are strict UTF-8 without NUL, otherwise as :func:`storable_text` spells them;
+``result`` bytes are kept exactly. Times are seconds since the epoch on the store's
+clock.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Ledger", "LedgerEntry", "LedgerState"]
+__all__ = ["Ledger", "LedgerEntry", "LedgerState", "check_limit", "check_settle", "storable_text"]
 
 
 class LedgerState(StrEnum):
@@ -190,3 +193,21 @@ def check_limit(limit: int) -> None:
     """
     if limit < 1:
         raise ValueError(f"limit must be ≥ 1, got {limit}")
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every store can hold it: itself when it is strict UTF-8 without NUL;
+    otherwise with lone surrogates as ``\\udXXX`` escapes and NUL as ``\\x00``
+    (the ledger's ``holder`` and ``detail`` go through it). Never raises."""
+    if "\x00" not in text and (text.isascii() or _is_utf8(text)):
+        return text
+    escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escaped.replace("\x00", "\\x00")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,6 +15,7 @@ both on the store's clock.
 
 from telegram_idem.backends.memory._flood import MemoryFloodBudget
 from telegram_idem.backends.memory._inbox import MemoryInbox
+from telegram_idem.backends.memory._ledger import MemoryLedger
 from telegram_idem.backends.memory._outbox import MemoryOutbox
 from telegram_idem.backends.memory._records import MemoryStore
 from telegram_idem.backends.memory._state import MemoryRecords
@@ -22,6 +23,7 @@ from telegram_idem.backends.memory._state import MemoryRecords
 __all__ = [
     "MemoryFloodBudget",
     "MemoryInbox",
+    "MemoryLedger",
     "MemoryOutbox",
     "MemoryRecords",
     "MemoryStore",

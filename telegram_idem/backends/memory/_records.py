@@ -12,6 +12,7 @@ from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
 from telegram_idem.backends.memory._flood import MemoryFloodBudget
 from telegram_idem.backends.memory._inbox import MemoryInbox
+from telegram_idem.backends.memory._ledger import MemoryLedger
 from telegram_idem.backends.memory._outbox import MemoryOutbox
 from telegram_idem.backends.memory._state import MemoryRecords
 
@@ -51,6 +52,7 @@ class MemoryStore(LocalStore):
         self._inbox: MemoryInbox | None = None
         self._outbox: MemoryOutbox | None = None
         self._flood: MemoryFloodBudget | None = None
+        self._ledger: MemoryLedger | None = None
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> MemoryStore:
@@ -98,6 +100,12 @@ class MemoryStore(LocalStore):
         if self._flood is None:
             self._flood = MemoryFloodBudget(self._records.clock)
         return self._flood
+
+    def ledger(self) -> MemoryLedger:
+        """The effect ledger of this store, on its clock (created on first use)."""
+        if self._ledger is None:
+            self._ledger = MemoryLedger(self._records.clock)
+        return self._ledger
 
     def __len__(self) -> int:
         return len(self._records)

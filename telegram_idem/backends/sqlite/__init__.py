@@ -20,6 +20,7 @@ budget (``_flood``), all sharing the connection.
 from telegram_idem.backends.sqlite._connection import ErrorGuard, SQLiteConnection
 from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
+from telegram_idem.backends.sqlite._ledger import SQLiteLedger
 from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._records import SQLiteStore
 
@@ -28,6 +29,7 @@ __all__ = [
     "SQLiteConnection",
     "SQLiteFloodBudget",
     "SQLiteInbox",
+    "SQLiteLedger",
     "SQLiteOutbox",
     "SQLiteStore",
 ]

@@ -15,6 +15,7 @@ from telegram_idem._clock import Clock
 from telegram_idem.backends.sqlite._schema import (
     FLOOD_SCHEMA,
     INBOX_SCHEMA,
+    LEDGER_SCHEMA,
     OUTBOX_SCHEMA,
     RECORDS_SCHEMA,
     RecordRows,
@@ -188,7 +189,13 @@ def _set_up(conn: sqlite3.Connection, *, deadline: float) -> None:
             if mode is None or str(mode[0]).lower() != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            for script in (RECORDS_SCHEMA, INBOX_SCHEMA, OUTBOX_SCHEMA, FLOOD_SCHEMA):
+            for script in (
+                RECORDS_SCHEMA,
+                INBOX_SCHEMA,
+                OUTBOX_SCHEMA,
+                FLOOD_SCHEMA,
+                LEDGER_SCHEMA,
+            ):
                 conn.executescript(script)
             return
         except sqlite3.OperationalError as exc:

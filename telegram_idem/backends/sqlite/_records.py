@@ -17,6 +17,7 @@ from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
 from telegram_idem.backends.sqlite._join import Joined
 from telegram_idem.backends.sqlite._joined_records import SQLiteJoinedRecords
+from telegram_idem.backends.sqlite._ledger import SQLiteLedger
 from telegram_idem.backends.sqlite._outbox import SQLiteOutbox
 from telegram_idem.backends.sqlite._schema import RecordRows
 
@@ -65,6 +66,7 @@ class SQLiteStore(LocalStore):
         self._outbox: SQLiteOutbox | None = None
         self._flood: SQLiteFloodBudget | None = None
         self._joined: Joined | None = None
+        self._ledger: SQLiteLedger | None = None
         self._purge_every = purge_every
 
     def __repr__(self) -> str:
@@ -138,6 +140,13 @@ class SQLiteStore(LocalStore):
                 why="the records must commit in the file the store reads",
             )
         return SQLiteJoinedRecords(self, conn, self._joined)
+
+    def ledger(self) -> SQLiteLedger:
+        """The effect ledger in this file, shared by every process using it (created on
+        first use; the same object on every call)."""
+        if self._ledger is None:
+            self._ledger = SQLiteLedger(self._connection)
+        return self._ledger
 
     async def _transaction(self, body: Callable[[RecordAccess, float], T]) -> T:
         return await self._connection.transaction(lambda conn, now: body(RecordRows(conn), now))

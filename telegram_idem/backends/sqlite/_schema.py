@@ -8,7 +8,14 @@ from typing import Any
 
 from telegram_idem._records import Record, Status
 
-__all__ = ["FLOOD_SCHEMA", "INBOX_SCHEMA", "OUTBOX_SCHEMA", "RECORDS_SCHEMA", "RecordRows"]
+__all__ = [
+    "FLOOD_SCHEMA",
+    "INBOX_SCHEMA",
+    "LEDGER_SCHEMA",
+    "OUTBOX_SCHEMA",
+    "RECORDS_SCHEMA",
+    "RecordRows",
+]
 
 RECORDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -91,6 +98,23 @@ CREATE TABLE IF NOT EXISTS idem_flood (
 CREATE INDEX IF NOT EXISTS idem_flood_tat ON idem_flood (tat);
 """
 """The flood budgets: each bucket's theoretical arrival time (seconds on the clock)."""
+
+LEDGER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_ledger (
+    key TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    holder TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    detail TEXT NOT NULL,
+    result BLOB,
+    not_applied INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_ledger_started ON idem_ledger (state, started_at, key);
+"""
+"""The effect ledger: at-most-once effects started, unknown or settled (never expire)."""
 
 _COLUMNS = "key, status, fencing_token, lease_expires_at, expires_at, fingerprint, result, attempts"
 _SELECT = f"SELECT {_COLUMNS} FROM idem_records WHERE key = ?"

@@ -23,6 +23,7 @@ sets ``schemes`` is found; override it for a store made otherwise), on the plugi
 | :class:`StoreConformance` | the record state machine (claim, complete, fail, release, extend, get; outcomes, fencing tokens, leases and takeover, retention), ``claim_many``, key bounding, result bytes, races from one connection, separate connections and OS processes, and agreement with a reference model on random operation sequences (hypothesis) |
 | :class:`InboxConformance` | all of the above, plus the durable inbox of ``store.inbox()``: admission with the update guard, per-chat order, leases, retries, dead letters, redrive, fencing, exact payload bytes |
 | :class:`OutboxConformance` | the outbox of ``store.outbox()`` alone: idempotent enqueue in every status, latest-wins collapse, per-chat order with one call in flight, priority, fencing, retries, dead and unknown outcomes, parked chats, redrive, resolve, listing, retention, races, exact bytes, odd keys |
+| :class:`LedgerConformance` | the effect ledger of ``store.ledger()`` alone: one started row per key, unknown and settled under fencing tokens, fenced removal, listing oldest first by state and prefix, rows that never expire, exact bytes and odd keys, racing starts, one ledger per URL |
 | :class:`FloodBudgetConformance` | the flood budget of ``store.flood_budget()`` alone: burst then interval, all-or-nothing reservations, gates and pauses, races, budgets shared by one URL's store objects |
 
 The outbound classes hold only their own contract: a store that has records, an outbox
@@ -48,6 +49,7 @@ from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker,
 from telegram_idem.testing.conformance._concurrency import ConcurrencyContract
 from telegram_idem.testing.conformance._flood import FloodBudgetContract
 from telegram_idem.testing.conformance._inbox import InboxContract
+from telegram_idem.testing.conformance._ledger import LedgerContract
 from telegram_idem.testing.conformance._model import ClaimTable, ModelContract
 from telegram_idem.testing.conformance._outbox_ops import OutboxOpsContract
 from telegram_idem.testing.conformance._payloads import ODD_PAYLOADS, ODD_TEXTS
@@ -60,6 +62,7 @@ __all__ = [
     "ConformanceBase",
     "FloodBudgetConformance",
     "InboxConformance",
+    "LedgerConformance",
     "OutboxConformance",
     "StoreConformance",
     "StoreMaker",
@@ -88,3 +91,9 @@ class FloodBudgetConformance(FloodBudgetContract):
     """The flood-budget contract of a store whose ``flood_budget()`` gives a budget
     shared by every process using the store: subclass it and define
     ``store_url_factory`` (see the module docstring)."""
+
+
+class LedgerConformance(LedgerContract):
+    """The effect-ledger contract of a store whose ``ledger()`` gives a ledger shared by
+    every process using the store: subclass it and define ``store_url_factory`` (see the
+    module docstring)."""

@@ -1,0 +1,37 @@
+"""The effect-ledger conformance suite (``LedgerConformance`` of
+``telegram_idem.testing.conformance``) on every store of this package that has a ledger.
+
+One class per store, each given the URL factory of tests/conftest.py; a store listed here
+without the ability fails the suite (its ``ledger()`` raises ``ConfigurationError``), it
+is never skipped.
+"""
+
+from __future__ import annotations
+
+import pytest
+from services import UrlFactory
+
+from telegram_idem.backends import Store, has_ledger
+from telegram_idem.testing.conformance import LedgerConformance
+
+
+class Ledgers(LedgerConformance):
+    def test_the_store_has_the_ability(self, store: Store) -> None:
+        assert has_ledger(store)
+
+
+class TestMemory(Ledgers):
+    pytestmark = pytest.mark.memory
+    shares_state = False  # each memory:// store keeps its own ledger
+
+    @pytest.fixture
+    def store_url_factory(self, memory_url_factory: UrlFactory) -> UrlFactory:
+        return memory_url_factory
+
+
+class TestSQLite(Ledgers):
+    pytestmark = pytest.mark.sqlite
+
+    @pytest.fixture
+    def store_url_factory(self, sqlite_url_factory: UrlFactory) -> UrlFactory:
+        return sqlite_url_factory
