@@ -14,10 +14,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import aiosqlite
+import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
-__all__ = ["Rollback", "Tx", "sqlite_engine", "sqlite_tx"]
+__all__ = ["Rollback", "Tx", "postgres_tx", "sqlite_engine", "sqlite_tx"]
 
 
 class Rollback(Exception):
@@ -97,6 +98,21 @@ class AiosqliteTx(Tx):
         await self.raw.execute(sql, params or {})
 
 
+class AsyncpgTx(Tx):
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = self.raw = conn
+
+    def begin(self) -> AbstractAsyncContextManager[Any]:
+        return self.raw.transaction()
+
+    def nested(self) -> AbstractAsyncContextManager[Any]:
+        return self.raw.transaction()  # inside a transaction: a savepoint
+
+    async def exec(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        assert not params, "asyncpg statements here take literal values"
+        await self.raw.execute(sql)
+
+
 class SAConnTx(Tx):
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = self.sa = conn
@@ -158,6 +174,29 @@ async def sqlite_tx(kind: str, path: str) -> AsyncIterator[Tx]:
             yield AiosqliteTx(aconn)
         return
     engine = sqlite_engine(path)
+    try:
+        if kind == "sa-connection":
+            async with engine.connect() as sa_conn:
+                yield SAConnTx(sa_conn)
+        else:
+            async with AsyncSession(engine) as session:
+                yield SASessionTx(session)
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def postgres_tx(kind: str, dsn: str) -> AsyncIterator[Tx]:
+    """A bot transaction of ``kind`` (``asyncpg``, ``sa-connection``, ``sa-session``) on
+    the PostgreSQL database ``dsn``."""
+    if kind == "asyncpg":
+        conn = await asyncpg.connect(dsn)
+        try:
+            yield AsyncpgTx(conn)
+        finally:
+            await conn.close()
+        return
+    engine = create_async_engine(dsn.replace("postgresql://", "postgresql+asyncpg://", 1))
     try:
         if kind == "sa-connection":
             async with engine.connect() as sa_conn:
