@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiogram import BaseMiddleware, Bot, F, Router
 from aiogram.exceptions import (
@@ -47,10 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from examples.stars_shop.models import Account, Product, Purchase
 from examples.stars_shop.shop import Shop
-from telegram_idem import ResolveError, UnknownOutcomeError, idempotent
-
-if TYPE_CHECKING:
-    from telegram_idem import EffectContext
+from telegram_idem import EffectContext, ResolveError, UnknownOutcomeError, idempotent
 
 __all__ = [
     "BUSY",

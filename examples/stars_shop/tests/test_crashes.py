@@ -60,7 +60,7 @@ def ledger(db: Path) -> tuple[dict[str, int], dict[int, int]]:
 async def receipts_settled(db: Path) -> dict[CallStatus, int]:
     idem = Idem(f"sqlite:///{db}")
     try:
-        outbox = idem.store.outbox()  # type: ignore[attr-defined]
+        outbox = idem.store.outbox()
         counts: dict[CallStatus, int] = await outbox.counts()
         return counts
     finally:
@@ -148,7 +148,9 @@ async def test_two_processes_polling_at_once_credit_each_charge_once(tmp_path: P
                         lambda: len(api.sent_texts(chat)) >= len(charges), what="the receipts"
                     )
                 except AssertionError as exc:
-                    raise AssertionError(f"{exc}\n--- the second process:\n{second.output()}") from None
+                    raise AssertionError(
+                        f"{exc}\n--- the second process:\n{second.output()}"
+                    ) from None
                 await asyncio.sleep(0.5)  # time for any second receipt to go out
                 await second.stop()
             await first.stop()

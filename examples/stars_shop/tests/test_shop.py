@@ -24,6 +24,7 @@ from examples.stars_shop.shop import Shop
 from telegram_idem.testing import (
     DEFAULT_TOKEN,
     FakeBotAPI,
+    Fault,
     Replayer,
     UpdateFactory,
     assert_ran_once,
@@ -197,3 +198,96 @@ async def test_a_credit_rolled_back_leaves_no_record_and_runs_again(
     await until(lambda: len(running.api.sent_texts(chat)) >= 1, "receipt")
     await asyncio.sleep(0.3)
     assert len(running.api.sent_texts(chat)) == 1
+
+
+# --------------------------------------------------------------------- refunds
+
+
+async def bought(running: Running, updates: UpdateFactory, charge: str) -> tuple[int, int]:
+    """A paid purchase of 10 credits; returns (user id, chat id)."""
+    payment = paid(updates, charge)
+    await running.feed(payment)
+    return payment["message"]["from"]["id"], payment["message"]["chat"]["id"]
+
+
+def refunds_confirmed(running: Running, chat: int, charge: str) -> int:
+    return sum(
+        1
+        for t in running.api.sent_texts(chat)
+        if t.startswith(f"Refunded 50 ⭐ for charge {charge}")
+    )
+
+
+async def test_a_refund_asked_twice_refunds_once_and_takes_the_credits_back_once(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    user, chat = await bought(running, update_factory, "stxRefund1")
+    ask = update_factory.command("/refund", "stxRefund1")
+    await asyncio.gather(
+        running.feed(ask), running.feed(update_factory.command("/refund", "stxRefund1"))
+    )
+    await running.feed(ask)  # the same update again
+    charge = running.api.payments.charges["stxRefund1"]
+    assert (charge.refunds, charge.refund_attempts) == (1, 1)
+    assert await running.balance(user) == 0
+    await until(lambda: refunds_confirmed(running, chat, "stxRefund1") == 1, "the confirmation")
+    await asyncio.sleep(0.3)
+    assert refunds_confirmed(running, chat, "stxRefund1") == 1
+
+
+async def test_a_charge_refunded_already_on_telegram_is_a_successful_refund(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    user, chat = await bought(running, update_factory, "stxRefundedElsewhere")
+    running.api.payments.charges["stxRefundedElsewhere"].refunds = 1  # e.g. by support
+    await running.feed(update_factory.command("/refund", "stxRefundedElsewhere"))
+    assert running.api.payments.charges["stxRefundedElsewhere"].refund_attempts == 1
+    assert await running.balance(user) == 0  # CHARGE_ALREADY_REFUNDED: the credits go back
+    await until(lambda: refunds_confirmed(running, chat, "stxRefundedElsewhere") == 1, "it")
+
+
+async def test_a_refund_whose_answer_was_lost_is_unknown_listed_and_never_sent_again(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    user, chat = await bought(running, update_factory, "stxLost")
+    running.api.inject(Fault.drop(method="refundStarPayment"))  # applied, then no answer
+    await running.feed(update_factory.command("/refund", "stxLost"))
+    await running.feed(update_factory.command("/refund", "stxLost"))  # the buyer asks again
+    charge = running.api.payments.charges["stxLost"]
+    assert (charge.refunds, charge.refund_attempts) == (1, 1)  # Telegram refunded; asked once
+    assert await running.balance(user) == 10  # not guessed: the credits stay until settled
+    held = [t for t in running.api.sent_texts(chat) if "could not confirm the refund" in t]
+    assert len(held) == 2
+
+    admin = update_factory.new_user(id=ADMIN)
+    await running.feed(
+        update_factory.command("/unresolved", user=admin, chat=update_factory.private_chat(admin))
+    )
+    [listing] = running.api.sent_texts(ADMIN)
+    [item] = await running.shop.idem.unresolved()
+    assert item.key.endswith(":s:refundStarPayment") and "refund:stxLost" in item.key
+    assert item.key in listing and item.kind == "step"
+
+    # The operator checks Telegram (the Stars went back) and settles it: refunded.
+    await running.feed(
+        update_factory.command(
+            "/resolve", f"{item.key} refunded", user=admin, chat=update_factory.private_chat(admin)
+        )
+    )
+    assert await running.shop.idem.unresolved() == []
+    await running.feed(update_factory.command("/refund", "stxLost"))  # asked once more
+    assert charge.refund_attempts == 1  # the resolution is replayed: Telegram is not asked
+    assert await running.balance(user) == 0
+    await until(lambda: refunds_confirmed(running, chat, "stxLost") == 1, "the confirmation")
+
+
+async def test_resolving_a_key_that_is_not_unknown_is_refused(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    admin = update_factory.new_user(id=ADMIN)
+    chat = update_factory.private_chat(admin)
+    await running.feed(
+        update_factory.command("/resolve", "idem:nothing:here refunded", user=admin, chat=chat)
+    )
+    [answer] = running.api.sent_texts(ADMIN)
+    assert answer.startswith("Not resolved:")
