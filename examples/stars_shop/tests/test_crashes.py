@@ -20,7 +20,7 @@ from examples._running import run_example
 from examples.stars_shop.models import Account, Purchase
 from telegram_idem import Idem
 from telegram_idem.outbox import CallStatus
-from telegram_idem.testing import DEFAULT_TOKEN, FakeBotAPI, UpdateFactory
+from telegram_idem.testing import DEFAULT_TOKEN, FakeBotAPI, Fault, UpdateFactory
 
 LEASE = "2"  # seconds a killed process's claims stay held
 
@@ -158,3 +158,46 @@ async def test_two_processes_polling_at_once_credit_each_charge_once(tmp_path: P
     assert bought == {c: 1 for c in charges}
     assert balances == {updates.user["id"]: 10 * len(charges)}
     assert [receipts_for(api, chat, c) for c in charges] == [1] * len(charges)
+
+
+async def test_kill_9_while_telegram_refunds_leaves_the_refund_unknown_not_repeated(
+    tmp_path: Path,
+) -> None:
+    updates = UpdateFactory()
+    admin = updates.new_user(id=5550009999)
+    chat = updates.chat["id"]
+    db = tmp_path / "shop.db"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with FakeBotAPI(long_poll_cap=0.2) as api:
+        env = {**env_for(api, db), "SHOP_ADMINS": str(admin["id"])}
+        api.queue_update(
+            updates.successful_payment(charge_id="stxKillRefund", payload="sku:credits10")
+        )
+        # Telegram refunds at once but answers 30 s later: the bot dies in between.
+        api.inject(Fault.slow(30, method="refundStarPayment"))
+        async with run_example("stars_shop", env=env, workdir=tmp_path / "a") as bot:
+            await bot.until(lambda: len(api.sent_texts(chat)) == 1, what="the receipt")
+            api.queue_update(updates.command("/refund", "stxKillRefund"))
+            await bot.until(lambda: bool(api.calls_of("refundStarPayment")), what="the refund")
+            os.kill(bot.proc.pid, signal.SIGKILL)
+            await bot.proc.wait()
+        assert api.payments.charges["stxKillRefund"].refunded
+        api.clear_faults()
+        async with run_example("stars_shop", env=env, workdir=tmp_path / "b") as bot:
+            await bot.until(lambda: "Start polling" in bot.output(), what="polling")
+            api.queue_update(updates.command("/refund", "stxKillRefund"))  # asked again
+            await bot.until(
+                lambda: any("could not confirm" in t for t in api.sent_texts(chat)),
+                what="the refund held as unknown",
+            )
+            api.queue_update(
+                updates.command("/unresolved", user=admin, chat=updates.private_chat(admin))
+            )
+            await bot.until(lambda: bool(api.sent_texts(admin["id"])), what="the listing")
+            await bot.stop()
+    assert len(api.calls_of("refundStarPayment")) == 1  # never asked twice
+    [listing] = api.sent_texts(admin["id"])
+    assert "refund:stxKillRefund" in listing and "refundStarPayment" in listing
+    _, balances = ledger(db)
+    assert balances == {updates.user["id"]: 10}  # not guessed: settled by the operator
