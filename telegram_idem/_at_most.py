@@ -126,7 +126,11 @@ async def run_at_most(
         StoreError: the store could not answer (the row stays ``STARTED``: unknown).
         Exception: what ``fn`` raised when it was not applied or failed for good.
     """
-    found = await ledger.start(key, token=token, holder=idem.holder)
+    try:
+        found = await ledger.start(key, token=token, holder=idem.holder)
+    except BaseException:
+        await release_quietly(idem.store, key, token)  # the effect has not run
+        raise
     if found is not None:
         settled = await _apply_found(idem, ledger, key, token, found, retention, boundary, handler)
         if settled is not _RUN:

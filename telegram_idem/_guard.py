@@ -413,8 +413,6 @@ class Idem:
                 on_error=on_error,
             )
         )
-        if policy.at_most:
-            ledger_of(self.store)  # a clear error before anything is claimed
         lease = lease or self.lease
         if window is not None:
             if retention is not None:
@@ -444,6 +442,8 @@ class Idem:
                 boundary=boundary,
                 options=policy,
             )
+        if policy.at_most:
+            ledger_of(self.store)  # a clear error before anything is claimed
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
         waited = False

@@ -67,7 +67,9 @@ class DecisionEvent:
         boundary: ``"update"``, ``"action"``, ``"step"``, ``"lock"`` or ``"outbox"``.
         decision: what was decided. Claims: ``"acquired"``, ``"replay"``,
             ``"in_progress"``, ``"conflict"``, ``"failed"`` (a stored failure replayed).
-            Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
+            At-most-once actions and steps also: ``"unknown"`` (a holder met an
+            unsettled effect, or it failed ambiguously) and ``"resolved"`` (settled by
+            ``Idem.resolve``, or its resolution applied). Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
             ``"admitted"``, ``"duplicate"``, ``"not_yet"``. Outbox calls (``handler`` is
             the Bot API method): ``"delivered"``, ``"already_done"``, ``"flood_wait"``
             (a 429), ``"migrated"``, ``"resend"``, ``"not_sent"``, ``"unknown"``,

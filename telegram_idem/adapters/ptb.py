@@ -70,7 +70,8 @@ from telegram_idem._admission import StorePolicy
 from telegram_idem._context import UpdateContext, bind_update, current_update
 from telegram_idem._decorator import FingerprintSource
 from telegram_idem._decorator import idempotent as _idempotent
-from telegram_idem._guard import ErrorPolicy, Idem, InProgressPolicy
+from telegram_idem._effects import ErrorTypes
+from telegram_idem._guard import ErrorPolicy, Idem, InProgressPolicy, Once
 from telegram_idem._keys import KeySource
 from telegram_idem._updates import bot_id_from_token
 from telegram_idem.adapters._ptb_common import (
@@ -174,6 +175,10 @@ def idempotent(
     retention: float | None = None,
     wait_timeout: float | None = None,
     window: float | None = None,
+    once: Once = "at_least",
+    not_applied: ErrorTypes = (),
+    permanent: ErrorTypes = (),
+    ambiguous: ErrorTypes = (),
 ) -> Callable[
     [Callable[Concatenate[Update, C, P], Awaitable[T]]],
     Callable[Concatenate[Update, C, P], Coroutine[Any, Any, T]],
@@ -185,7 +190,8 @@ def idempotent(
     whether the processor guards the application or only ``context.bot_data["idem"]``
     is set. Parameters are those of :func:`telegram_idem.idempotent` (all of them, e.g.
     ``window=`` seconds, the double-tap window of a navigation button: a repeat tap within
-    ``window`` seconds after the run finished replays, a later one acts again); the result
+    ``window`` seconds after the run finished replays, a later one acts again; ``once=``
+    and the error lists ``not_applied=``, ``permanent=``, ``ambiguous=``); the result
     (e.g. a ``ConversationHandler`` state) is stored and replayed, so it must be storable
     by the codec (JSON by default).
 
@@ -193,11 +199,13 @@ def idempotent(
         ConfigurationError: the first argument is not a ``telegram.Update``, or no
             :class:`Idem` is registered for the application.
         KeyTemplateError, ConflictError, InProgressError, StoredFailureError,
-            LostClaimError, StoreError: as :func:`telegram_idem.idempotent`.
+            UnknownOutcomeError, LostClaimError, StoreError: as
+            :func:`telegram_idem.idempotent`.
 
     Raises (at decoration):
         TypeError: the callback is not an ``async def``.
-        ConfigurationError: ``window`` given with ``retention``, or not > 0.
+        ConfigurationError: ``window`` given with ``retention``, or not > 0; a bad
+            ``once``, ``on_error`` or error list.
     """
     guard = _idempotent(
         key=key,
@@ -208,6 +216,10 @@ def idempotent(
         retention=retention,
         wait_timeout=wait_timeout,
         window=window,
+        once=once,
+        not_applied=not_applied,
+        permanent=permanent,
+        ambiguous=ambiguous,
     )
 
     def decorate(

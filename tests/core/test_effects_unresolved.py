@@ -308,3 +308,26 @@ async def test_unknown_and_resolved_are_decision_events(idem: Idem) -> None:
     decisions = [(e.key, e.decision) for e in events]
     assert (KEY, "unknown") in decisions
     assert decisions[-1] == (KEY, "resolved")
+
+
+async def test_an_unknown_step_of_an_at_most_action_settles_in_two(idem: Idem) -> None:
+    step_key = idem.keys.step(KEY, "charge")
+    runs: list[str] = []
+
+    async def charge() -> str:
+        runs.append("charge")
+        raise AmbiguousEffectError("lost")
+
+    async def action() -> str:
+        runs.append("action")
+        return "receipt for " + await idem.step("charge", charge, once="at_most")
+
+    with pytest.raises(UnknownOutcomeError) as caught:
+        await idem.run(KEY, action, once="at_most")
+    assert caught.value.key == KEY  # the action is unknown too: it raised an unknown
+    assert {u.key for u in await idem.unresolved()} == {KEY, step_key}
+    await idem.resolve(step_key, result="ch_9")
+    await idem.resolve(KEY, not_applied=True)
+    assert await idem.run(KEY, action, once="at_most") == "receipt for ch_9"
+    assert runs == ["action", "charge", "action"]
+    assert await idem.unresolved() == []
