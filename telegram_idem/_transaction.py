@@ -30,9 +30,10 @@ import contextlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from telegram_idem._context import bind_action, bound_update
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
@@ -58,10 +59,10 @@ T = TypeVar("T")
 log = logging.getLogger("telegram_idem")
 
 
-@runtime_checkable
 class Checked(Protocol):
     """Joined records that check their connection when the block is entered (the
-    built-in stores' do: its database, its open transaction)."""
+    built-in stores' do: its database, its open transaction): :func:`transaction` awaits
+    their ``check()`` if they have one."""
 
     async def check(self) -> None:
         """Accept the connection, or raise
@@ -78,11 +79,25 @@ async def transaction(idem: Idem, conn: object) -> AsyncIterator[JoinedTransacti
             it cannot join, on another database, or outside a transaction.
         StoreError: the database could not answer the check.
     """
-    records = joined_of(idem.store, conn)
-    if isinstance(records, Checked):
-        await records.check()
+    store = idem.store
+    # joined_of's protocol checks cost tens of µs a block: asked once per store.
+    records = store.joined(conn) if store in _joinable else _first_join(store, conn)
+    check = getattr(records, "check", None)
+    if check is not None:
+        await check()
     with bind_transaction(JoinedTransaction(idem.store, conn, records)) as joined:
         yield joined
+
+
+_joinable: weakref.WeakSet[object] = weakref.WeakSet()
+"""The stores :func:`~telegram_idem.backends.joined_of` accepted once."""
+
+
+def _first_join(store: object, conn: object) -> JoinedRecords:
+    records = joined_of(store, conn)
+    with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced
+        _joinable.add(store)
+    return records
 
 
 async def run_joined(

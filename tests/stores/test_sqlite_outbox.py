@@ -454,9 +454,7 @@ async def test_an_autocommit_connection_outside_a_transaction_is_refused(
 async def test_an_unknown_connection_type_is_refused_naming_the_accepted_ones(
     outbox: SQLiteOutbox, store: SQLiteStore
 ) -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"sqlite3\.Connection or an aiosqlite\.Connection"
-    ):
+    with pytest.raises(ConfigurationError, match=r"sqlite3\.Connection, an aiosqlite\.Connection"):
         await outbox.enqueue_in(store.path, call("reply"))
 
 

@@ -360,3 +360,28 @@ def test_a_redis_store_cannot_join() -> None:
         from telegram_idem.backends import joined_of
 
         joined_of(store, object())
+
+
+async def test_a_pool_connection_joins_like_a_connection(shop: Shop) -> None:
+    """A pool connection (asyncpg's proxy, which cannot be weakly referenced) joins, and
+    the outbox's enqueue on it too."""
+    pool = await asyncpg.create_pool(postgres_dsn(), min_size=1, max_size=1)
+    assert pool is not None
+    outbox = shop.idem.store.outbox()
+    try:
+        async with FakeBotAPI() as fake, HttpBotAPI("1:t", base_url=fake.url) as api:
+            out = Outbound(outbox, api, bot_id=1, keys=shop.idem.keys)
+            async with pool.acquire() as conn, conn.transaction():
+                async with shop.idem.transaction(conn):
+
+                    async def work() -> str:
+                        await conn.execute(f"INSERT INTO {shop.orders} VALUES (11)")
+                        return await out.enqueue("sendMessage", {"chat_id": 5, "text": "ok"})
+
+                    effect = await shop.idem.run("order:11", work)
+    finally:
+        await pool.close()
+    record = await shop.idem.store.get("order:11")
+    assert record is not None and record.status is Status.COMPLETED
+    assert await outbox.get(effect) is not None
+    assert await shop.rows() == [11]

@@ -8,7 +8,6 @@ The statements, and why take keeps one call in flight per chat under concurrency
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -19,6 +18,12 @@ import asyncpg.pool
 from telegram_idem import _outbox_logic as logic
 from telegram_idem.backends._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
+from telegram_idem.backends.postgres._foreign import Fetch
+from telegram_idem.backends.postgres._foreign import asyncpg_fetch as _asyncpg_fetch
+from telegram_idem.backends.postgres._foreign import driver_connection as _driver_connection
+from telegram_idem.backends.postgres._foreign import sqlalchemy_fetch as _sqlalchemy_fetch
+from telegram_idem.backends.postgres._foreign import sqlalchemy_types as _sqlalchemy_types
+from telegram_idem.backends.postgres._foreign import unwrap as _unwrap
 from telegram_idem.backends.postgres._outbox_sql import (
     WITHOUT_NOW,
     build_outbox_sql,
@@ -35,10 +40,6 @@ _ACCEPTED = (
     "an asyncpg Connection (or pool connection) inside `async with conn.transaction()`, "
     "or a SQLAlchemy AsyncConnection or AsyncSession on PostgreSQL"
 )
-_PARAM = re.compile(r"\$(\d+)(?:::(\w+(?:\[\])?))?")
-
-Fetch = Callable[[str, Sequence[Any]], Awaitable[list[Any]]]
-"""Run one statement (``$n`` placeholders) on some connection, returning its rows."""
 
 
 def _entry(row: Any) -> OutboxEntry:
@@ -63,44 +64,6 @@ def _entry(row: Any) -> OutboxEntry:
         result=None if row["result"] is None else bytes(row["result"]),
         last_error=row["last_error"],
     )
-
-
-def _named(sql: str) -> str:
-    """``sql`` with ``$n`` / ``$n::type`` placeholders as SQLAlchemy ``text()`` binds
-    (``:pn`` / ``CAST(:pn AS type)``)."""
-
-    def bind(m: re.Match[str]) -> str:
-        name = f":p{m.group(1)}"
-        return f"CAST({name} AS {m.group(2)})" if m.group(2) else name
-
-    return _PARAM.sub(bind, sql)
-
-
-def _asyncpg_fetch(conn: Any) -> Fetch:
-    async def fetch(sql: str, args: Sequence[Any]) -> list[Any]:
-        rows: list[Any] = await conn.fetch(sql, *args)
-        return rows
-
-    return fetch
-
-
-def _sqlalchemy_fetch(conn: Any) -> Fetch:
-    from sqlalchemy import text
-
-    async def fetch(sql: str, args: Sequence[Any]) -> list[Any]:
-        params = {f"p{i}": value for i, value in enumerate(args, start=1)}
-        result = await conn.execute(text(_named(sql)), params)
-        return list(result.mappings().all()) if result.returns_rows else []
-
-    return fetch
-
-
-def _sqlalchemy_types() -> tuple[type, ...]:
-    try:
-        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-    except ImportError:  # pragma: no cover - sqlalchemy comes with the postgres extra
-        return ()
-    return (AsyncConnection, AsyncSession)
 
 
 class PostgresOutbox(Outbox):
@@ -451,37 +414,3 @@ class PostgresOutbox(Outbox):
         if batch < 1:
             raise ConfigurationError(f"batch must be ≥ 1, got {batch}")
         return await self.connection.call("outbox.purge", self._purge_run(batch))
-
-
-async def _driver_connection(conn: object) -> asyncpg.Connection | None:
-    """The asyncpg connection under ``conn`` (itself; a pool proxy's; a SQLAlchemy
-    connection's or session's current one), or ``None`` when it cannot be told: the
-    identity the table check is remembered by, for as long as that connection lives."""
-    if isinstance(conn, asyncpg.Connection):
-        return conn
-    if isinstance(conn, asyncpg.pool.PoolConnectionProxy):
-        inner = getattr(conn, "_con", None)  # the proxy has no public accessor
-        return inner if isinstance(inner, asyncpg.Connection) else None
-    if not _sqlalchemy_types():
-        return None  # pragma: no cover - sqlalchemy comes with the postgres extra
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-    if isinstance(conn, AsyncSession):
-        conn = await conn.connection()
-    if not isinstance(conn, AsyncConnection):
-        return None
-    driver = (await conn.get_raw_connection()).driver_connection
-    return driver if isinstance(driver, asyncpg.Connection) else None
-
-
-def _unwrap(exc: BaseException) -> Exception:
-    """The driver exception inside a SQLAlchemy ``DBAPIError`` (its ``orig``, whose own
-    ``__cause__`` is asyncpg's for SQLAlchemy's asyncpg adapter), else ``exc``."""
-    orig = getattr(exc, "orig", None)
-    if isinstance(orig, BaseException):
-        cause = orig.__cause__
-        if isinstance(cause, asyncpg.PostgresError | asyncpg.InterfaceError):
-            return cause
-        if isinstance(orig, Exception):
-            return orig
-    return exc if isinstance(exc, Exception) else Exception(str(exc))

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from telegram_idem import machine
 from telegram_idem._clock import Clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._url import redact
@@ -324,7 +325,7 @@ class PostgresStore(Store):
             self._outbox = PostgresOutbox(self.connection)
         return self._outbox
 
-    def joined(self, conn: object) -> PostgresJoinedRecords:
+    def joined(self, conn: object) -> JoinedRecords:
         """The records written on the bot's connection ``conn``, inside its transaction
         on this database (``async with idem.transaction(conn)``; see
         :class:`~telegram_idem.backends.postgres._joined_records.PostgresJoinedRecords`):
@@ -339,7 +340,7 @@ class PostgresStore(Store):
             ConfigurationError: ``conn`` is of another kind (its transaction and its
                 database are checked when the block is entered).
         """
-        return PostgresJoinedRecords(self, conn)
+        return PostgresJoinedRecords(self, conn, sql=self._sql, claim_rounds=self._claim_rounds)
 
     def flood_budget(self) -> FloodBudget:
         """The flood-control budgets in ``<table_prefix>_flood``, shared by every process

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from telegram_idem import machine
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem.backends._driver import Translate
 from telegram_idem.backends.sqlite._enqueue import plain_rows
 from telegram_idem.backends.sqlite._join import (
     Joined,
@@ -189,16 +190,20 @@ class SQLiteJoinedRecords:
         store: the store (its file, clock and error translation).
         conn: the bot's connection (one of :data:`ACCEPTED`).
         checked: the connections already found on the store's file.
+        translate: the store's driver-error translation (``Store._translate``).
 
     Raises:
         ConfigurationError: ``conn`` is of another kind, or an SQLAlchemy connection on
             another database than SQLite.
     """
 
-    def __init__(self, store: SQLiteStore, conn: object, checked: Joined) -> None:
+    def __init__(
+        self, store: SQLiteStore, conn: object, checked: Joined, translate: Translate
+    ) -> None:
         self.store = store
         self.conn = conn
         self._checked = checked
+        self._translate = translate
         self._sa = False
         if isinstance(conn, sqlite3.Connection) or as_aiosqlite(conn) is not None:
             return
@@ -241,6 +246,17 @@ class SQLiteJoinedRecords:
 
         return await self.store.connection.call(f"transaction.{op}", unwrapped)
 
+    def _blocking(self, op: str, fn: Callable[[], T]) -> T:
+        """``fn()`` on the calling thread (a sqlite3 connection), its driver error
+        translated as the store translates its own (without a coroutine per call)."""
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            error = self._translate(f"transaction.{op}", exc)
+            if error is None:
+                raise
+            raise error from exc
+
     async def check(self) -> None:
         """Accept the connection: the store's file set up (once per store), the
         connection on it (once per connection) and inside a transaction, or in
@@ -251,6 +267,13 @@ class SQLiteJoinedRecords:
                 store's file not set up yet while the bot's transaction holds its lock.
             StoreError: SQLite could not answer.
         """
+
+        conn = self.conn
+        if isinstance(conn, sqlite3.Connection) and self.store in _set_up:
+            name = repr(self.store)
+            self._blocking("check", lambda: self._checked.check_sqlite3(conn))
+            check_open(conn, name, "transaction")
+            return
 
         async def job() -> None:
             if self.store not in _set_up:
@@ -278,6 +301,10 @@ class SQLiteJoinedRecords:
         _set_up.add(self.store)
 
     async def _run(self, op: str, steps: Steps[T]) -> T:
+        conn = self.conn
+        if isinstance(conn, sqlite3.Connection):
+            return self._blocking(op, lambda: _run_blocking(conn, steps))
+
         async def job() -> T:
             driver = await self._driver()
             if isinstance(driver, sqlite3.Connection):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from telegram_idem._clock import Clock, system_clock
+from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
@@ -118,7 +119,7 @@ class SQLiteStore(LocalStore):
             self._flood = SQLiteFloodBudget(self._connection, forget_every=self._purge_every)
         return self._flood
 
-    def joined(self, conn: object) -> SQLiteJoinedRecords:
+    def joined(self, conn: object) -> JoinedRecords:
         """The records written on the bot's connection ``conn``, inside its transaction
         on this file (``async with idem.transaction(conn)``; see
         :class:`~telegram_idem.backends.sqlite._joined_records.SQLiteJoinedRecords`).
@@ -139,7 +140,7 @@ class SQLiteStore(LocalStore):
                 op="transaction",
                 why="the records must commit in the file the store reads",
             )
-        return SQLiteJoinedRecords(self, conn, self._joined)
+        return SQLiteJoinedRecords(self, conn, self._joined, self._translate)
 
     def ledger(self) -> SQLiteLedger:
         """The effect ledger in this file, shared by every process using it (created on
