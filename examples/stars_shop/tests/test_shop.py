@@ -17,8 +17,9 @@ import pytest
 from aiogram import Bot, Dispatcher
 from sqlalchemy import func, select
 
+from examples.stars_shop import handlers
 from examples.stars_shop.app import connected
-from examples.stars_shop.handlers import SOLD_OUT, credit, invoice_for_tap
+from examples.stars_shop.handlers import BUSY, SOLD_OUT, credit, invoice_for_tap
 from examples.stars_shop.models import Account, Product, Purchase
 from examples.stars_shop.shop import Shop
 from telegram_idem.testing import (
@@ -291,3 +292,18 @@ async def test_resolving_a_key_that_is_not_unknown_is_refused(
     )
     [answer] = running.api.sent_texts(ADMIN)
     assert answer.startswith("Not resolved:")
+
+
+async def test_a_stock_check_past_its_budget_is_answered_busy_in_time(
+    running: Running, update_factory: UpdateFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def stuck(*args: Any) -> str | None:
+        await asyncio.sleep(30)  # a database that does not answer
+        return None
+
+    monkeypatch.setattr(handlers, "order_problem", stuck)
+    monkeypatch.setattr(handlers, "STOCK_CHECK_BUDGET", 0.2)
+    query = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
+    await asyncio.wait_for(running.feed(query), timeout=2)
+    [answer] = running.api.payments.answered(query["pre_checkout_query"]["id"])
+    assert (answer.ok, answer.error_message) == (False, BUSY)  # no charge: the buyer retries
