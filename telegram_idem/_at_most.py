@@ -99,7 +99,8 @@ async def run_at_most(
     *,
     policy: EffectPolicy,
     retention: float,
-    running: Callable[[], contextlib.AbstractContextManager[Any]],
+    binding: contextlib.AbstractContextManager[Any],
+    heartbeat: Callable[[], contextlib.AbstractContextManager[Any]],
     boundary: Literal["action", "step"],
     handler: str | None,
 ) -> T:
@@ -113,7 +114,8 @@ async def run_at_most(
         fn: the effect.
         policy: its error classes.
         retention: seconds the completed (or failed) record is kept.
-        running: the context to run ``fn`` in (the action binding and the heartbeat).
+        binding: the action binding to run ``fn`` in.
+        heartbeat: makes the heartbeat to run ``fn`` under.
         boundary: ``"action"`` or ``"step"``.
         handler: its name, for messages and events.
 
@@ -136,7 +138,7 @@ async def run_at_most(
         if settled is not _RUN:
             return settled  # type: ignore[no-any-return]
     try:
-        with running():
+        with binding, heartbeat():
             value = await fn()
     except Exception as exc:
         meaning = classify(exc, policy)

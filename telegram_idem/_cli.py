@@ -6,9 +6,9 @@
 
 ``migrate`` creates what a store needs before its first use, idempotently, and names
 every table it made or found: for ``postgresql://…?table_prefix=…`` the records, inbox,
-outbox, parked-chats and flood-budget tables (``<prefix>_records``, ``<prefix>_inbox``,
-``<prefix>_outbox``, ``<prefix>_outbox_parked`` and ``<prefix>_flood``) and their
-indexes; for
+outbox, parked-chats, flood-budget and effect-ledger tables (``<prefix>_records``,
+``<prefix>_inbox``, ``<prefix>_outbox``, ``<prefix>_outbox_parked``, ``<prefix>_flood``
+and ``<prefix>_ledger``) and their indexes; for
 ``dynamodb://<table>?region=…`` the table (partition key ``pk``, on-demand billing) with
 TTL enabled on ``exp``. Stores that create their own structures (``memory://``,
 ``sqlite:///…``, ``redis://…``) need nothing, and it says so. Any store with the
@@ -53,10 +53,17 @@ async def _migrate(url: str) -> str:
         await store.close()
 
 
-_TABLE_ATTRS = ("table", "inbox_table", "outbox_table", "outbox_parked_table", "flood_table")
+_TABLE_ATTRS = (
+    "table",
+    "inbox_table",
+    "outbox_table",
+    "outbox_parked_table",
+    "flood_table",
+    "ledger_table",
+)
 """Where a store names the tables ``migrate()`` makes: its records ``table``, and the
-tables of its inbox, outbox (with its parked chats) and flood budgets, on the store or
-on the ``connection`` its abilities share."""
+tables of its inbox, outbox (with its parked chats), flood budgets and effect ledger, on
+the store or on the ``connection`` its abilities share."""
 
 
 def _tables_of(store: object) -> list[str]:

@@ -18,15 +18,15 @@ import base64
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from telegram_idem._admission import Admission
 from telegram_idem._keys import KeyBuilder
-from telegram_idem._records import Claim
+from telegram_idem._records import Claim, Record
 from telegram_idem.errors import ConfigurationError
 
 __all__ = [
@@ -180,7 +180,7 @@ class EffectContext:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ActionContext:
     """The action (or step) being run.
 
@@ -202,7 +202,9 @@ class ActionContext:
         claimed_at: seconds since the epoch (store clock) of the claim.
         claimed_mono: ``time.monotonic()`` at the claim (to estimate the store's time
             later without a round trip).
-        effect: what the running effect may read (:func:`effect_context`), or ``None``.
+        attempt: the record's ``attempts`` at the claim (1 the first time).
+        once: the run's ``once`` policy.
+        name: the step's name or the action's handler name (``""``: its key).
     """
 
     key: str
@@ -213,7 +215,25 @@ class ActionContext:
     expires_at: float = math.inf
     claimed_at: float = 0.0
     claimed_mono: float = 0.0
-    effect: EffectContext | None = None
+    attempt: int = 1
+    once: Literal["at_least", "at_most"] = "at_least"
+    name: str = ""
+    _effect: EffectContext | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def effect(self) -> EffectContext:
+        """What the running effect may read (:func:`effect_context`), made on first use
+        (the idempotency key is a hash: runs that never ask pay nothing)."""
+        if self._effect is None:
+            self._effect = EffectContext(
+                key=self.key,
+                idempotency_key=idempotency_key_of(self.key),
+                fencing_token=self.token,
+                attempt=self.attempt,
+                once=self.once,
+                name=self.name or self.key,
+            )
+        return self._effect
 
     def next_call(self, digest: str) -> int:
         """The index of the next call with content ``digest`` in this action (from 0)."""
@@ -267,7 +287,7 @@ def effect_context() -> EffectContext:
         ConfigurationError: no step or action is running in this task.
     """
     action = _action.get()
-    if action is None or action.effect is None:
+    if action is None:
         raise ConfigurationError(
             "effect_context() is only available inside a running step or @idempotent action"
         )
@@ -305,31 +325,70 @@ class bind_update:
         _update.reset(self._reset)
 
 
-@contextmanager
-def bind_action(
-    key: str,
-    token: int,
-    idem: Guard,
-    *,
-    epoch: int = 0,
-    expires_at: float = math.inf,
-    claimed_at: float = 0.0,
-    effect: EffectContext | None = None,
-) -> Iterator[ActionContext]:
-    """Bind the running action or step (used by the guards; the arguments are
-    :class:`ActionContext`'s)."""
-    ctx = ActionContext(
-        key,
-        token,
-        idem,
-        epoch=epoch,
-        expires_at=expires_at,
-        claimed_at=claimed_at,
-        claimed_mono=time.monotonic(),
-        effect=effect,
-    )
-    reset = _action.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _action.reset(reset)
+class bind_action:
+    """Bind the running action or step for the ``with`` block (used by the guards; the
+    arguments are :class:`ActionContext`'s; ``claimed_mono`` is read now)."""
+
+    __slots__ = ("_ctx", "_reset")
+
+    def __init__(
+        self,
+        key: str,
+        token: int,
+        idem: Guard,
+        *,
+        epoch: int = 0,
+        expires_at: float = math.inf,
+        claimed_at: float = 0.0,
+        attempt: int = 1,
+        once: Literal["at_least", "at_most"] = "at_least",
+        name: str = "",
+    ) -> None:
+        self._ctx = ActionContext(
+            key,
+            token,
+            idem,
+            {},
+            epoch,
+            expires_at,
+            claimed_at,
+            time.monotonic(),
+            attempt,
+            once,
+            name,
+        )
+
+    @classmethod
+    def of_record(
+        cls,
+        record: Record,
+        idem: Guard,
+        *,
+        lease: float,
+        once: Literal["at_least", "at_most"] = "at_least",
+        name: str = "",
+    ) -> bind_action:
+        """The binding of the run that just acquired ``record`` (its claim's record)
+        with a lease of ``lease`` seconds: its key and token, the run's epoch
+        (``fencing_token - attempts``), the record's expiry and the store's time at the
+        claim (``lease_expires_at - lease``), so its steps' keys carry the run and their
+        records are kept no longer than this one. Every guard that runs a claimed key
+        (the store's, or a joined transaction's) binds it this way."""
+        return cls(
+            record.key,
+            record.fencing_token,
+            idem,
+            epoch=record.fencing_token - record.attempts,
+            expires_at=record.expires_at,
+            claimed_at=record.lease_expires_at - lease,
+            attempt=record.attempts,
+            once=once,
+            name=name,
+        )
+
+    def __enter__(self) -> ActionContext:
+        self._reset = _action.set(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _action.reset(self._reset)

@@ -19,7 +19,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from telegram_idem._admission import Admission, StorePolicy, StorePolicyLike
@@ -28,14 +28,11 @@ from telegram_idem._at_most import run_at_most
 from telegram_idem._clock import Clock, system_clock
 from telegram_idem._codec import JsonCodec, ResultCodec
 from telegram_idem._context import (
-    ActionContext,
-    EffectContext,
     bind_action,
     bound_update,
     current_action,
     current_update,
     effect_context,
-    idempotency_key_of,
 )
 from telegram_idem._effects import (
     AT_LEAST,
@@ -508,29 +505,10 @@ class Idem:
     ) -> T:
         record = claim.record
         key, token = record.key, claim.token
-        effect = EffectContext(
-            key=key,
-            idempotency_key=idempotency_key_of(key),
-            fencing_token=token,
-            attempt=record.attempts,
-            once=policy.once,
-            name=handler or key,
+
+        binding = bind_action.of_record(
+            record, self, lease=lease, once=policy.once, name=handler or ""
         )
-
-        @contextlib.contextmanager
-        def running() -> Iterator[ActionContext]:
-            with bind_action(
-                key,
-                token,
-                self,
-                epoch=record.fencing_token - record.attempts,
-                expires_at=record.expires_at,
-                claimed_at=record.lease_expires_at - lease,
-                effect=effect,
-            ) as bound:
-                with self._heartbeat(key, token, lease):
-                    yield bound
-
         if policy.at_most:
             return await run_at_most(
                 self,
@@ -540,12 +518,13 @@ class Idem:
                 fn,
                 policy=policy,
                 retention=retention,
-                running=running,
+                binding=binding,
+                heartbeat=lambda: self._heartbeat(key, token, lease),
                 boundary=boundary,
                 handler=handler,
             )
         try:
-            with running():
+            with binding, self._heartbeat(key, token, lease):
                 value = await fn()
         except Exception as exc:
             if classify(exc, policy) is Meaning.PERMANENT:

@@ -27,7 +27,8 @@ for "not applied", where removing it first is safe (nothing happened).
 Rows never expire by themselves: an unknown outcome stays until it is settled. Every
 method takes the full key and stores it as :func:`~telegram_idem._keys.bounded_key` gives
 it (``LedgerEntry.key`` is that bounded key); ``holder`` and ``detail`` are kept exactly
-when they are strict UTF-8 without NUL, otherwise as :func:`storable_text` spells them;
+when they are strict UTF-8 without NUL, otherwise as :func:`storable_text` spells them (the one rule every store applies to
+diagnostic text: lone surrogates as ``\\udXXX`` escapes, NUL as ``\\x00``);
 ``result`` bytes are kept exactly. Times are seconds since the epoch on the store's
 clock.
 """
@@ -38,6 +39,8 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from telegram_idem._text import storable_text
 
 __all__ = ["Ledger", "LedgerEntry", "LedgerState", "check_limit", "check_settle", "storable_text"]
 
@@ -193,21 +196,3 @@ def check_limit(limit: int) -> None:
     """
     if limit < 1:
         raise ValueError(f"limit must be ≥ 1, got {limit}")
-
-
-def storable_text(text: str) -> str:
-    """``text`` as every store can hold it: itself when it is strict UTF-8 without NUL;
-    otherwise with lone surrogates as ``\\udXXX`` escapes and NUL as ``\\x00``
-    (the ledger's ``holder`` and ``detail`` go through it). Never raises."""
-    if "\x00" not in text and (text.isascii() or _is_utf8(text)):
-        return text
-    escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return escaped.replace("\x00", "\\x00")
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -35,3 +35,35 @@ class TestSQLite(Ledgers):
     @pytest.fixture
     def store_url_factory(self, sqlite_url_factory: UrlFactory) -> UrlFactory:
         return sqlite_url_factory
+
+
+class TestRedis(Ledgers):
+    pytestmark = pytest.mark.redis
+
+    @pytest.fixture
+    def store_url_factory(self, redis_url_factory: UrlFactory) -> UrlFactory:
+        return redis_url_factory
+
+
+class TestRedisCluster(Ledgers):
+    pytestmark = pytest.mark.redis
+
+    @pytest.fixture
+    def store_url_factory(self, redis_cluster_url_factory: UrlFactory) -> UrlFactory:
+        return redis_cluster_url_factory
+
+
+class TestPostgres(Ledgers):
+    pytestmark = pytest.mark.postgres
+
+    @pytest.fixture
+    def store_url_factory(self, postgres_url_factory: UrlFactory) -> UrlFactory:
+        return postgres_url_factory
+
+
+class TestDynamoDB(Ledgers):
+    pytestmark = pytest.mark.dynamodb
+
+    @pytest.fixture
+    def store_url_factory(self, dynamodb_url_factory: UrlFactory) -> UrlFactory:
+        return dynamodb_url_factory

@@ -1,5 +1,5 @@
 """``telegram-idem migrate postgresql://…`` names every table it made or found (the
-records, inbox, outbox, parked-chats and flood tables), against the real PostgreSQL."""
+records, inbox, outbox, parked-chats, flood and ledger tables), against the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ async def _tables(prefix: str) -> set[str]:
 def test_cli_migrate_names_every_table_it_creates(prefix: str) -> None:
     url = with_option(postgres_dsn(), f"table_prefix={prefix}")
     named = (
-        f"tables {prefix}_records, {prefix}_inbox, {prefix}_outbox, {prefix}_outbox_parked "
-        f"and {prefix}_flood ("
+        f"tables {prefix}_records, {prefix}_inbox, {prefix}_outbox, {prefix}_outbox_parked, "
+        f"{prefix}_flood and {prefix}_ledger ("
     )
     for _ in range(2):  # made, then found (idempotent)
         result = CliRunner().invoke(cli, ["migrate", url])
@@ -59,4 +59,5 @@ def test_cli_migrate_names_every_table_it_creates(prefix: str) -> None:
         f"{prefix}_outbox",
         f"{prefix}_outbox_parked",
         f"{prefix}_flood",
+        f"{prefix}_ledger",
     }

@@ -19,7 +19,7 @@ import pytest
 
 from telegram_idem import Store
 from telegram_idem._logs import decision_logger, log_decision
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.inbox._base import NewEntry
 from telegram_idem.testing.conformance import ODD_PAYLOADS, ODD_TEXTS
 

@@ -42,7 +42,9 @@ client, table readiness (``create_table``), the clock and the error translation.
 :meth:`DynamoDBStore.migrate` and :func:`create_table` create the table (idempotent).
 Modules (private, one job each): ``_url`` (the URL), ``_errors`` (botocore's
 exceptions), ``_items`` (records ↔ items), ``_table`` (the typed calls), ``_setup``
-(creating the table), ``_connection``, ``_store`` (the records store).
+(creating the table and the ledger index), ``_connection``, ``_store`` (the records
+store), ``_ledger`` (the effect ledger: items ``ledger#<key>`` in the same table, listed
+through the global secondary index ``ledger``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 from telegram_idem.backends.dynamodb._connection import DynamoDBConnection
 from telegram_idem.backends.dynamodb._errors import CONFIGURATION_CODES, THROTTLING_CODES
 from telegram_idem.backends.dynamodb._items import TTL_ATTRIBUTE
+from telegram_idem.backends.dynamodb._ledger import DynamoDBLedger
 from telegram_idem.backends.dynamodb._store import DynamoDBStore, create_table
 from telegram_idem.backends.dynamodb._table import Table, Write
 
@@ -58,6 +61,7 @@ __all__ = [
     "THROTTLING_CODES",
     "TTL_ATTRIBUTE",
     "DynamoDBConnection",
+    "DynamoDBLedger",
     "DynamoDBStore",
     "Table",
     "Write",

@@ -1,4 +1,7 @@
-"""Creating the store's table: partition key ``pk`` (S), ACTIVE, TTL on ``exp``.
+"""Creating the store's table: partition key ``pk`` (S), ACTIVE, TTL on ``exp``, and the
+effect ledger's global secondary index :data:`LEDGER_INDEX` (partition
+:data:`LEDGER_PARTITION`, sort :data:`LEDGER_SORT`, both S, all attributes projected),
+added to a table made before the ledger existed.
 
 :func:`ensure_table` runs on an aiobotocore client and raises the driver's errors
 untranslated (the caller translates: the connection for ``create_table=1`` and
@@ -18,10 +21,37 @@ from telegram_idem.backends.dynamodb._errors import DRIVER_ERRORS, error_code, t
 from telegram_idem.backends.dynamodb._items import TTL_ATTRIBUTE
 from telegram_idem.errors import ConfigurationError, StoreError
 
-__all__ = ["BILLING_MODES", "check_table_name", "create_table_on", "ensure_table"]
+__all__ = [
+    "BILLING_MODES",
+    "LEDGER_INDEX",
+    "LEDGER_PARTITION",
+    "LEDGER_SORT",
+    "check_table_name",
+    "create_table_on",
+    "ensure_table",
+]
 
 BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
 """What ``billing`` may be: on-demand, or provisioned capacity."""
+
+LEDGER_INDEX = "ledger"
+"""The global secondary index listing ledger rows oldest first (only ledger items carry
+its key attributes, so record items never enter it)."""
+LEDGER_PARTITION = "lpart"
+"""The index's partition key: ``ledger#<state>``, one partition per state."""
+LEDGER_SORT = "lsort"
+"""The index's sort key: ``started_at`` spelled to sort as a number, ``#``, the key's
+head (see ``_ledger``)."""
+
+_KEY_ATTRIBUTES = [
+    {"AttributeName": "pk", "AttributeType": "S"},
+    {"AttributeName": LEDGER_PARTITION, "AttributeType": "S"},
+    {"AttributeName": LEDGER_SORT, "AttributeType": "S"},
+]
+_LEDGER_KEY_SCHEMA = [
+    {"AttributeName": LEDGER_PARTITION, "KeyType": "HASH"},
+    {"AttributeName": LEDGER_SORT, "KeyType": "RANGE"},
+]
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 
@@ -48,8 +78,9 @@ async def ensure_table(
     wait_timeout: float = 300.0,
     poll_interval: float = 1.0,
 ) -> bool:
-    """Create ``table`` if absent, wait until ACTIVE, enable TTL on ``exp``; idempotent
-    and safe from several processes at once.
+    """Create ``table`` if absent, wait until ACTIVE, enable TTL on ``exp``, add the ledger
+    index if the table lacks it and wait until it is ACTIVE; idempotent and safe from
+    several processes at once.
 
     Args:
         client: an aiobotocore DynamoDB client.
@@ -65,17 +96,73 @@ async def ensure_table(
 
     Raises:
         ConfigurationError: a bad ``billing`` or table name; an existing table with
-            another key schema, or with TTL on another attribute.
-        StoreError: the table did not become ACTIVE within ``wait_timeout`` seconds.
+            another key schema, with TTL on another attribute, or with an index named
+            :data:`LEDGER_INDEX` of another key schema.
+        StoreError: the table or its ledger index did not become ACTIVE within
+            ``wait_timeout`` seconds.
         botocore.exceptions.ClientError, ...: what the client raised, untranslated.
     """
     if billing not in BILLING_MODES:
         raise ConfigurationError(f"billing must be PAY_PER_REQUEST or PROVISIONED, got {billing!r}")
     check_table_name(table)
     created = await _create(client, table, billing, read_capacity, write_capacity)
-    await _wait_active(client, table, wait_timeout, poll_interval)
+    described = await _wait_active(client, table, wait_timeout, poll_interval)
     await _enable_ttl(client, table)
+    if await _ensure_ledger_index(client, table, described, read_capacity, write_capacity):
+        await _wait_active(client, table, wait_timeout, poll_interval)
     return created
+
+
+def _throughput(rcu: int, wcu: int) -> dict[str, Any]:
+    return {"ProvisionedThroughput": {"ReadCapacityUnits": rcu, "WriteCapacityUnits": wcu}}
+
+
+def _ledger_index(billing: str, rcu: int, wcu: int) -> dict[str, Any]:
+    index: dict[str, Any] = {
+        "IndexName": LEDGER_INDEX,
+        "KeySchema": _LEDGER_KEY_SCHEMA,
+        "Projection": {"ProjectionType": "ALL"},
+    }
+    if billing == "PROVISIONED":
+        index.update(_throughput(rcu, wcu))
+    return index
+
+
+def _index_of(described: dict[str, Any], table: str) -> dict[str, Any] | None:
+    for index in described["Table"].get("GlobalSecondaryIndexes") or []:
+        if index.get("IndexName") == LEDGER_INDEX:
+            if index.get("KeySchema") != _LEDGER_KEY_SCHEMA:
+                raise ConfigurationError(
+                    f"DynamoDB table {table!r} has an index {LEDGER_INDEX!r} with key schema "
+                    f"{index.get('KeySchema')}; the effect ledger needs partition key "
+                    f"{LEDGER_PARTITION!r} (S) and sort key {LEDGER_SORT!r} (S)"
+                )
+            return dict(index)
+    return None
+
+
+async def _ensure_ledger_index(
+    client: Any, table: str, described: dict[str, Any], rcu: int, wcu: int
+) -> bool:
+    """Add the ledger index to a table made without it (by an older version); ``True``
+    if it is being added (wait for it), ``False`` if ``described`` has it already."""
+    if _index_of(described, table) is not None:
+        return False
+    summary = described["Table"].get("BillingModeSummary") or {}
+    billing = summary.get("BillingMode", "PROVISIONED")  # absent: a provisioned table
+    try:
+        await client.update_table(
+            TableName=table,
+            AttributeDefinitions=_KEY_ATTRIBUTES,
+            GlobalSecondaryIndexUpdates=[{"Create": _ledger_index(billing, rcu, wcu)}],
+        )
+    except ClientError as exc:
+        # another process added it meanwhile (or is adding it): look again
+        if error_code(exc) not in ("ResourceInUseException", "ValidationException"):
+            raise
+        if _index_of(await client.describe_table(TableName=table), table) is None:
+            raise
+    return True
 
 
 async def _create(client: Any, table: str, billing: str, rcu: int, wcu: int) -> bool:
@@ -94,12 +181,13 @@ async def _create(client: Any, table: str, billing: str, rcu: int, wcu: int) -> 
         return False
     kwargs: dict[str, Any] = {"BillingMode": billing}
     if billing == "PROVISIONED":
-        kwargs["ProvisionedThroughput"] = {"ReadCapacityUnits": rcu, "WriteCapacityUnits": wcu}
+        kwargs.update(_throughput(rcu, wcu))
     try:
         await client.create_table(
             TableName=table,
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            AttributeDefinitions=_KEY_ATTRIBUTES,
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[_ledger_index(billing, rcu, wcu)],
             **kwargs,
         )
     except ClientError as exc:
@@ -109,7 +197,9 @@ async def _create(client: Any, table: str, billing: str, rcu: int, wcu: int) -> 
     return True
 
 
-async def _wait_active(client: Any, table: str, within: float, interval: float) -> None:
+async def _wait_active(client: Any, table: str, within: float, interval: float) -> dict[str, Any]:
+    """Poll ``DescribeTable`` until the table (and its ledger index, if any) is ACTIVE;
+    the last description."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -119,8 +209,11 @@ async def _wait_active(client: Any, table: str, within: float, interval: float) 
             if error_code(exc) != "ResourceNotFoundException":
                 raise
             status = None
-        if status == "ACTIVE":
-            return
+        if status == "ACTIVE":  # and the ledger index, if there is one yet
+            index = _index_of(described, table)
+            status = "ACTIVE" if index is None else f"index {index.get('IndexStatus')}"
+            if status in ("ACTIVE", "index ACTIVE"):
+                return dict(described)
         if time.monotonic() >= deadline:
             raise StoreError(f"DynamoDB table {table!r} not ACTIVE after {within} s ({status})")
         await asyncio.sleep(interval)

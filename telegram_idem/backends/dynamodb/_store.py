@@ -31,6 +31,7 @@ from telegram_idem.backends.dynamodb._items import (
     to_item,
     to_record,
 )
+from telegram_idem.backends.dynamodb._ledger import DynamoDBLedger
 from telegram_idem.backends.dynamodb._setup import (
     BILLING_MODES,
     check_table_name,
@@ -112,6 +113,7 @@ class DynamoDBStore(Store):
         )
         """The client, table readiness, clock and error translation of this store."""
         self._max_concurrency = max_concurrency
+        self._ledger = DynamoDBLedger(self.connection)
 
     def __repr__(self) -> str:
         return self.connection.label
@@ -147,16 +149,23 @@ class DynamoDBStore(Store):
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         return self.connection.translate(op, exc)
 
+    def ledger(self) -> DynamoDBLedger:
+        """The effect ledger as items of this store's table (the same object on every
+        call; :class:`~telegram_idem.backends.dynamodb.DynamoDBLedger`)."""
+        return self._ledger
+
     async def migrate(self) -> bool:
-        """Create the table if absent and enable TTL on ``exp`` (:func:`create_table`
-        with its defaults: on-demand billing). Idempotent.
+        """Create the table if absent, enable TTL on ``exp`` and add the effect ledger's
+        index ``ledger`` if the table lacks it (:func:`create_table` with its defaults:
+        on-demand billing). Idempotent.
 
         Returns:
-            ``True`` if this call created the table.
+            ``True`` if this call created the table (adding the index to an existing
+            table answers ``False``).
 
         Raises:
             ConfigurationError: bad credentials or permissions, or a table with another
-                key schema or another TTL attribute.
+                key schema, another TTL attribute or another ``ledger`` index.
             StoreError: DynamoDB could not answer, or the table did not become ACTIVE.
         """
         return await self.connection.call("migrate", self.connection.ensure_table)
@@ -351,7 +360,9 @@ async def create_table(
     wait_timeout: float = 300.0,
     poll_interval: float = 1.0,
 ) -> bool:
-    """Create the store's table if absent, wait until ACTIVE, enable TTL on ``exp``.
+    """Create the store's table if absent, wait until ACTIVE, enable TTL on ``exp``, and
+    add the effect ledger's global secondary index ``ledger`` if absent (waiting until it
+    is ACTIVE).
 
     Idempotent and safe to run from several processes at once: an existing table (with
     the partition key ``pk`` of type S) is fine, and TTL already enabled on ``exp`` is kept.
@@ -370,9 +381,10 @@ async def create_table(
 
     Raises:
         ConfigurationError: a bad ``billing`` or table name; an existing table with
-            another key schema, or with TTL on another attribute.
-        StoreError: DynamoDB could not answer, or the table did not become ACTIVE
-            within ``wait_timeout`` seconds.
+            another key schema, with TTL on another attribute, or with an index
+            ``ledger`` of other keys.
+        StoreError: DynamoDB could not answer, or the table (or its ledger index) did
+            not become ACTIVE within ``wait_timeout`` seconds.
     """
     if billing not in BILLING_MODES:
         raise ConfigurationError(f"billing must be PAY_PER_REQUEST or PROVISIONED, got {billing!r}")

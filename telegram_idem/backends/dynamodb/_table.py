@@ -31,6 +31,8 @@ class Write:
     """When refused: the item that refused it (``ALL_OLD``), ``None`` if there is none."""
     retried: bool = False
     """botocore re-sent the request: a refusal may be our own earlier attempt landing."""
+    item: Item | None = None
+    """When written with ``ReturnValues=ALL_NEW``: the item after the write."""
 
 
 class Table:
@@ -54,7 +56,7 @@ class Table:
         if values:
             kwargs["ExpressionAttributeValues"] = dict(values)
         try:
-            await getattr(self.client, method)(
+            written = await getattr(self.client, method)(
                 TableName=self.table,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
@@ -67,24 +69,70 @@ class Table:
             response: dict[str, Any] = exc.response
             retried = int(response.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
             return Write(False, response.get("Item") or None, retried)
-        return Write(True)
+        return Write(True, item=(written or {}).get("Attributes") or None)
 
     async def put(self, item: Item, condition: str, values: Mapping[str, Any]) -> Write:
         """``PutItem`` if ``condition`` holds. Raises the driver's errors untranslated."""
         return await self._conditional("put_item", condition, Item=item, values=values)
 
     async def update(
-        self, key: str, update: str, condition: str, values: Mapping[str, Any]
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        values: Mapping[str, Any],
+        *,
+        return_new: bool = False,
     ) -> Write:
         """``UpdateItem`` of ``key`` if ``condition`` holds (never creates the item: every
-        condition used requires the token). Raises the driver's errors untranslated."""
+        condition used requires the token); with ``return_new``, ``Write.item`` is the
+        item after it. Raises the driver's errors untranslated."""
+        extra: dict[str, Any] = {"ReturnValues": "ALL_NEW"} if return_new else {}
         return await self._conditional(
             "update_item",
             condition,
             Key={"pk": string(key)},
             UpdateExpression=update,
             values=values,
+            **extra,
         )
+
+    async def delete(self, key: str, condition: str, values: Mapping[str, Any]) -> Write:
+        """``DeleteItem`` of ``key`` if ``condition`` holds. Raises the driver's errors
+        untranslated."""
+        return await self._conditional(
+            "delete_item", condition, Key={"pk": string(key)}, values=values
+        )
+
+    async def query(
+        self,
+        index: str,
+        key_condition: str,
+        values: Mapping[str, Any],
+        *,
+        filter: str = "",
+        limit: int,
+        start: Item | None = None,
+    ) -> tuple[list[Item], Item | None]:
+        """One page of a ``Query`` on the global secondary index ``index``, ascending by
+        its sort key: ``(items, last_evaluated_key)`` (``None`` on the last page).
+        ``limit`` counts items read before ``filter``. Raises the driver's errors
+        untranslated."""
+        kwargs: dict[str, Any] = {"FilterExpression": filter} if filter else {}
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = start
+        response = await self.client.query(
+            TableName=self.table,
+            IndexName=index,
+            KeyConditionExpression=key_condition,
+            ExpressionAttributeNames=expression_names(key_condition, filter),
+            ExpressionAttributeValues=dict(values),
+            ScanIndexForward=True,
+            Limit=limit,
+            **kwargs,
+        )
+        items: list[Item] = response.get("Items", [])
+        return items, response.get("LastEvaluatedKey") or None
 
     async def get(self, key: str) -> Item | None:
         """Strongly consistent ``GetItem``. Raises the driver's errors untranslated."""

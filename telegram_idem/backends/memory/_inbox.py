@@ -7,7 +7,7 @@ import itertools
 from dataclasses import replace
 
 from telegram_idem import _inbox_logic as logic
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.memory._state import MemoryRecords
 from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from telegram_idem import _outbox_logic as logic
 from telegram_idem._clock import Clock
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.outbox import CallStatus, NewCall, Outbox, OutboxEntry
 
 __all__ = ["MemoryOutbox"]

@@ -18,7 +18,9 @@ The durable inbox (:meth:`PostgresStore.inbox`, a :class:`PostgresInbox`) lives 
 :class:`PostgresOutbox`, whose ``enqueue_in`` joins the bot's own asyncpg or SQLAlchemy
 transaction) in ``<table_prefix>_outbox`` and ``<table_prefix>_outbox_parked``; the
 flood budgets (:meth:`PostgresStore.flood_budget`, a :class:`PostgresFloodBudget`) in
-``<table_prefix>_flood``. The store and its parts are objects over one
+``<table_prefix>_flood``; the effect ledger (:meth:`PostgresStore.ledger`, a
+:class:`PostgresLedger`: at-most-once effects started, unknown or settled) in
+``<table_prefix>_ledger``. The store and its parts are objects over one
 :class:`PostgresConnection` (``store.connection``): the pool, the clock, the error
 translation and the purge bookkeeping.
 
@@ -50,7 +52,7 @@ transaction pooling mode (before 1.21, or without ``max_prepared_statements``) a
 Modules (private, one job each): ``_url`` (the URL), ``_errors`` (asyncpg's exceptions),
 ``_connection``, ``_sql`` (the records statements), ``_store`` (the records store),
 ``_inbox_sql`` and ``_inbox`` (the inbox), ``_outbox_sql`` and ``_outbox`` (the outbox),
-``_flood`` (the flood budget), ``_schema`` (tables and migration).
+``_flood`` (the flood budget), ``_ledger`` (the effect ledger), ``_schema`` (tables and migration).
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ from __future__ import annotations
 from telegram_idem.backends.postgres._connection import PoolOptions, PostgresConnection
 from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
+from telegram_idem.backends.postgres._ledger import PostgresLedger
 from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import (
     COLUMNS,
     DEFAULT_TABLE_PREFIX,
     INBOX_COLUMNS,
+    LEDGER_COLUMNS,
     OUTBOX_COLUMNS,
     create_ddl,
     create_schema,
@@ -71,6 +75,8 @@ from telegram_idem.backends.postgres._schema import (
     flood_table_name,
     inbox_table,
     inbox_table_name,
+    ledger_table,
+    ledger_table_name,
     migrate,
     outbox_parked_table,
     outbox_parked_table_name,
@@ -87,6 +93,7 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_TABLE_PREFIX",
     "INBOX_COLUMNS",
+    "LEDGER_COLUMNS",
     "OUTBOX_COLUMNS",
     "PASSTHROUGH_OPTIONS",
     "STORE_OPTIONS",
@@ -94,6 +101,7 @@ __all__ = [
     "PostgresConnection",
     "PostgresFloodBudget",
     "PostgresInbox",
+    "PostgresLedger",
     "PostgresOutbox",
     "PostgresStore",
     "create_ddl",
@@ -103,6 +111,8 @@ __all__ = [
     "flood_table_name",
     "inbox_table",
     "inbox_table_name",
+    "ledger_table",
+    "ledger_table_name",
     "migrate",
     "outbox_parked_table",
     "outbox_parked_table_name",

@@ -36,6 +36,7 @@ from telegram_idem.backends.postgres._schema import (
     create_schema,
     flood_table_name,
     inbox_table_name,
+    ledger_table_name,
     outbox_parked_table_name,
     outbox_table_name,
     table_name,
@@ -115,7 +116,7 @@ class PostgresConnection:
             never shown).
         label: how messages name the store (its ``repr``: host, database, table).
         table_prefix: the tables are ``<table_prefix>_records``, ``_inbox``, ``_outbox``,
-            ``_outbox_parked`` and ``_flood``.
+            ``_outbox_parked``, ``_flood`` and ``_ledger``.
         options: pool and purge settings.
         clock: seconds since the epoch; ``None`` = the server's clock.
 
@@ -140,6 +141,7 @@ class PostgresConnection:
         self.outbox_table = outbox_table_name(table_prefix)
         self.outbox_parked_table = outbox_parked_table_name(table_prefix)
         self.flood_table = flood_table_name(table_prefix)
+        self.ledger_table = ledger_table_name(table_prefix)
         self.options = options
         self.connect_kwargs = dict(options.connect_kwargs)
         """Keyword arguments for ``asyncpg.create_pool`` beyond the options (read when
@@ -260,6 +262,7 @@ class PostgresConnection:
             self.outbox_table,
             self.outbox_parked_table,
             self.flood_table,
+            self.ledger_table,
         )
 
     def call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> Awaitable[T]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from telegram_idem import _inbox_logic as logic
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._inbox_sql import build_inbox_sql
 from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry

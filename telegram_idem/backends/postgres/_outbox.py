@@ -16,7 +16,7 @@ import asyncpg
 import asyncpg.pool
 
 from telegram_idem import _outbox_logic as logic
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._foreign import Fetch
 from telegram_idem.backends.postgres._foreign import asyncpg_fetch as _asyncpg_fetch

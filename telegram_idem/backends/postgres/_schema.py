@@ -41,6 +41,12 @@ a bot's takeable heads, one over settled entries serves the retention purge),
 ordering_key)``) and ``<table_prefix>_flood`` (flood-control budgets: ``key`` text
 primary key, ``tat`` double precision, seconds since the epoch).
 
+The effect ledger (see :mod:`telegram_idem.backends.postgres._ledger`) is
+``<table_prefix>_ledger``, one row per at-most-once effect started, unknown or settled
+(:data:`LEDGER_COLUMNS`; ``key`` text primary key; rows never expire, so no purge
+index), with ``<table_prefix>_ledger_started_idx`` on ``(started_at, key)``: the listing
+order, read in index order and cut by its limit.
+
 The DDL is compiled for the ``postgresql`` dialect (no engine, no psycopg) and run
 through asyncpg. :func:`migrate` is idempotent (``CREATE … IF NOT EXISTS``) and safe to
 run from several processes at once: it runs in one transaction holding an advisory lock
@@ -54,6 +60,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Double,
@@ -77,6 +84,7 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_TABLE_PREFIX",
     "INBOX_COLUMNS",
+    "LEDGER_COLUMNS",
     "OUTBOX_COLUMNS",
     "create_ddl",
     "create_schema",
@@ -85,6 +93,8 @@ __all__ = [
     "flood_table_name",
     "inbox_table",
     "inbox_table_name",
+    "ledger_table",
+    "ledger_table_name",
     "migrate",
     "outbox_parked_table",
     "outbox_parked_table_name",
@@ -326,6 +336,48 @@ def flood_table(
     )
 
 
+def ledger_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
+    """``<table_prefix>_ledger``. Raises :class:`ConfigurationError` for a bad prefix."""
+    return f"{validate_table_prefix(table_prefix)}_ledger"
+
+
+def ledger_table(
+    metadata: MetaData | None = None, *, table_prefix: str = DEFAULT_TABLE_PREFIX
+) -> Table:
+    """The effect ledger for ``table_prefix``, attached to ``metadata`` (a new one if None).
+
+    One row per :class:`~telegram_idem.ledger.LedgerEntry` (times in seconds since the
+    epoch on the store's clock; ``state`` one of ``started``, ``unknown``, ``settled``).
+    ``key`` is compared byte-wise (``COLLATE "C"``), so ties in the listing are ordered as
+    every other store orders them, by code point; ``…_started_idx`` on ``(started_at,
+    key)`` serves the oldest-first listing.
+
+    Raises:
+        ConfigurationError: a bad ``table_prefix``.
+    """
+    name = ledger_table_name(table_prefix)
+    return Table(
+        name,
+        metadata if metadata is not None else MetaData(),
+        Column("key", Text(collation="C"), primary_key=True),
+        Column("state", Text, nullable=False),
+        Column("token", BigInteger, nullable=False),
+        Column("started_at", Double, nullable=False),
+        Column("holder", Text, nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("updated_at", Double, nullable=False),
+        Column("detail", Text, nullable=False),
+        Column("result", LargeBinary, nullable=True),
+        Column("not_applied", Boolean, nullable=False),
+        CheckConstraint("state IN ('started', 'unknown', 'settled')", name=f"{name}_state_check"),
+        Index(f"{name}_started_idx", "started_at", "key"),
+    )
+
+
+LEDGER_COLUMNS: tuple[str, ...] = tuple(c.name for c in ledger_table().columns)
+"""The ledger table's columns in order."""
+
+
 def _tables(table_prefix: str) -> list[Table]:
     metadata = MetaData()
     return [
@@ -334,13 +386,15 @@ def _tables(table_prefix: str) -> list[Table]:
         outbox_table(metadata, table_prefix=table_prefix),
         outbox_parked_table(metadata, table_prefix=table_prefix),
         flood_table(metadata, table_prefix=table_prefix),
+        ledger_table(metadata, table_prefix=table_prefix),
     ]
 
 
 def create_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
     """``CREATE TABLE/INDEX IF NOT EXISTS`` statements, compiled for PostgreSQL: the
     records table and its index, the inbox table and its indexes, then the outbox, its
-    parked chats and the flood budgets with theirs.
+    parked chats, the flood budgets and the effect ledger with theirs (new tables are
+    appended: an existing schema gains them on the next migration).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
@@ -401,8 +455,8 @@ async def migrate(
             not understand: for those use ``PostgresStore.from_url(url).migrate()`` or
             ``telegram-idem migrate URL``.
         table_prefix: the tables are ``<table_prefix>_records``, ``<table_prefix>_inbox``,
-            ``<table_prefix>_outbox``, ``<table_prefix>_outbox_parked`` and
-            ``<table_prefix>_flood``.
+            ``<table_prefix>_outbox``, ``<table_prefix>_outbox_parked``,
+            ``<table_prefix>_flood`` and ``<table_prefix>_ledger``.
         connect_kwargs: extra keyword arguments for ``asyncpg.connect`` (``ssl=…``).
 
     Raises:

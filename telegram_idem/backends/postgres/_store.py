@@ -24,6 +24,7 @@ from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
 from telegram_idem.backends.postgres._flood import PostgresFloodBudget
 from telegram_idem.backends.postgres._inbox import PostgresInbox
 from telegram_idem.backends.postgres._joined_records import PostgresJoinedRecords
+from telegram_idem.backends.postgres._ledger import PostgresLedger
 from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
 from telegram_idem.backends.postgres._sql import build_records_sql
@@ -156,6 +157,7 @@ class PostgresStore(Store):
         self._inbox: PostgresInbox | None = None
         self._outbox: PostgresOutbox | None = None
         self._flood: PostgresFloodBudget | None = None
+        self._ledger: PostgresLedger | None = None
         self.connection.purge_with(self._background_purge)
 
     def __repr__(self) -> str:
@@ -350,6 +352,15 @@ class PostgresStore(Store):
             self._flood = PostgresFloodBudget(self.connection)
         return self._flood
 
+    def ledger(self) -> PostgresLedger:
+        """The effect ledger in ``<table_prefix>_ledger``, shared by every process on this
+        database (:class:`~telegram_idem.backends.postgres.PostgresLedger`); the same
+        object on every call. The table is made by :meth:`migrate` / ``auto_create`` with
+        the others."""
+        if self._ledger is None:
+            self._ledger = PostgresLedger(self.connection)
+        return self._ledger
+
     # ------------------------------------------------------------------ maintenance
 
     async def _background_purge(self, batch: int) -> int:
@@ -386,8 +397,9 @@ class PostgresStore(Store):
         return await self._call("purge", lambda: self._purge_once(batch))
 
     async def migrate(self) -> None:
-        """Create the records, inbox, outbox (and its parked chats) and flood tables and
-        their indexes if absent (idempotent, safe concurrently).
+        """Create the records, inbox, outbox (and its parked chats), flood and ledger
+        tables and their indexes if absent (idempotent, safe concurrently; a schema made
+        by an older version gains the tables it lacks).
 
         Raises:
             ConfigurationError: bad credentials or database, or no CREATE privilege.

@@ -18,7 +18,8 @@ is 1 on a single node (one script over all keys); on a cluster the keys are grou
 hash slot, one script per slot, sent as one pipeline: 1 round trip per master node
 holding any of the keys, all masters in parallel. Every inbox call (``store.inbox()``)
 is 1 as well, ``admit_many`` included; so is every outbox call (``store.outbox()``) about
-one bot and every flood budget call (``store.flood_budget()``).
+one bot, every flood budget call (``store.flood_budget()``) and every effect ledger call
+(``store.ledger()``: one hash tag for the whole ledger, rows that never expire).
 
 URLs (query options marked * are this store's own; the rest pass through to redis-py):
 
@@ -57,11 +58,11 @@ and carries redis-py's own message):
 - :class:`~telegram_idem.errors.StoreError` marked *unexpected* for any other Redis
   error (a script error is a bug): never a raw redis-py exception.
 
-The store, its inbox, its outbox and its flood budget are parts over one :class:`RedisConnection`
+The store, its inbox, its outbox, its flood budget and its ledger are parts over one :class:`RedisConnection`
 (``store.connection``): the client, the key layout, the clock, the gate and the error
 translation. Modules (private, one job each): ``_url`` (the URL → a client), ``_keys``,
 ``_errors`` (redis-py's exceptions), ``_scripts`` (the Lua files), ``_connection``,
-``_store`` (the records store), ``_inbox``, ``_outbox``, ``_flood``.
+``_store`` (the records store), ``_inbox``, ``_outbox``, ``_flood``, ``_ledger``.
 
 See ``docs/store-redis.md``.
 """
@@ -72,6 +73,7 @@ from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
 from telegram_idem.backends.redis._keys import UPDATE_KEY, KeyLayout
+from telegram_idem.backends.redis._ledger import RedisLedger
 from telegram_idem.backends.redis._outbox import RedisOutbox
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script
 from telegram_idem.backends.redis._store import RedisStore
@@ -85,6 +87,7 @@ __all__ = [
     "RedisConnection",
     "RedisFloodBudget",
     "RedisInbox",
+    "RedisLedger",
     "RedisOutbox",
     "RedisStore",
     "Script",

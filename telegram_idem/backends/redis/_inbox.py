@@ -84,7 +84,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from telegram_idem import _inbox_logic as logic
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._keys import UPDATE_KEY
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text

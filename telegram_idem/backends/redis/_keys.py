@@ -13,6 +13,11 @@ node the store-wide ``seq`` counter). A flood budget ``<head>:f:<scope>`` (the s
 :meth:`telegram_idem._keys.KeyBuilder.flood`, ``head`` = ``<prefix>:<bot_id>``) is kept at
 ``<key_prefix>:f:{<head>}:<scope>``: every budget of a bot in one slot, so a reservation
 over several of them is one script.
+
+The effect ledger lives under ONE hash tag, ``<key_prefix>:{<key_prefix>:ledger}:``
+(:attr:`KeyLayout.ledger_base`): a hash per row at ``<base>r:<key>`` and the index
+``<base>i`` (a sorted set of keys by ``started_at``), so every ledger script touches one
+slot, listing included.
 """
 
 from __future__ import annotations
@@ -72,6 +77,12 @@ class KeyLayout:
     def inbox_prefix(self) -> str:
         """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:``."""
         return f"{self.prefix}:{{{self.prefix}:inbox}}:"
+
+    @property
+    def ledger_base(self) -> str:
+        """The start of every ledger key: ``<key_prefix>:{<key_prefix>:ledger}:`` (one hash
+        tag: the rows and their index share a slot)."""
+        return f"{self.prefix}:{{{self.prefix}:ledger}}:"
 
     @property
     def now_key(self) -> bytes:

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from telegram_idem._outbox_logic import superseded_result
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.redis._connection import RedisConnection
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text
 from telegram_idem.backends.redis._url import RedisClient

@@ -37,7 +37,9 @@ Scripts (:data:`SCRIPTS`, by name): ``claim``, ``complete``, ``fail``, ``release
 ``outbox_held``, ``outbox_admin``, ``outbox_read`` (the outbox, see
 :mod:`telegram_idem.backends.redis._outbox`) and ``flood_reserve``, ``flood_gate`` (the
 flood budget, see :mod:`telegram_idem.backends.redis._flood`; its times are integer
-**microseconds**).
+**microseconds**), ``ledger_start``, ``ledger_mark_unknown``, ``ledger_settle``,
+``ledger_finish``, ``ledger_get``, ``ledger_entries`` (the effect ledger, see
+:mod:`telegram_idem.backends.redis._ledger`; microseconds too).
 
 Arguments and replies cross as text or bytes: :func:`ms` turns seconds into the
 milliseconds a script takes, :func:`text` and :func:`absent` read what one answers.
@@ -107,6 +109,7 @@ class Script:
 _RECORD = ("record.lua",)
 _INBOX = ("record.lua", "inbox.lua")
 _OUTBOX = ("record.lua", "outbox.lua")
+_LEDGER = ("ledger_row.lua",)
 _PARTS: dict[str, tuple[str, ...]] = {
     "claim": (*_RECORD, "decide_claim.lua", "claim.lua"),
     "complete": (*_RECORD, "finish.lua", "complete.lua"),
@@ -127,6 +130,12 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "outbox_read": (*_OUTBOX, "outbox_read.lua"),
     "flood_reserve": ("flood.lua", "flood_reserve.lua"),
     "flood_gate": ("flood.lua", "flood_gate.lua"),
+    "ledger_start": (*_LEDGER, "ledger_start.lua"),
+    "ledger_mark_unknown": (*_LEDGER, "ledger_mark_unknown.lua"),
+    "ledger_settle": (*_LEDGER, "ledger_settle.lua"),
+    "ledger_finish": (*_LEDGER, "ledger_finish.lua"),
+    "ledger_get": (*_LEDGER, "ledger_get.lua"),
+    "ledger_entries": (*_LEDGER, "ledger_entries.lua"),
 }
 
 SCRIPTS: Mapping[str, Script] = MappingProxyType(

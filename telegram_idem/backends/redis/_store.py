@@ -3,8 +3,9 @@
 
 Each primitive is one script of :mod:`telegram_idem.backends.redis._scripts`; on a
 cluster ``claim_many`` groups its keys by hash slot, one script per slot, all in one
-pipeline. :meth:`RedisStore.inbox`, :meth:`RedisStore.outbox` and
-:meth:`RedisStore.flood_budget` build their parts over the same connection.
+pipeline. :meth:`RedisStore.inbox`, :meth:`RedisStore.outbox`,
+:meth:`RedisStore.flood_budget` and :meth:`RedisStore.ledger` build their parts over the
+same connection.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from telegram_idem.backends.redis._connection import RedisConnection, location
 from telegram_idem.backends.redis._errors import REDIS_ERRORS
 from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
+from telegram_idem.backends.redis._ledger import RedisLedger
 from telegram_idem.backends.redis._outbox import RedisOutbox
 from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, text
 from telegram_idem.backends.redis._url import SCHEMES, RedisClient, client_from_url
@@ -129,6 +131,7 @@ class RedisStore(Store):
         self._inbox: RedisInbox | None = None
         self._outbox: RedisOutbox | None = None
         self._flood: RedisFloodBudget | None = None
+        self._ledger: RedisLedger | None = None
 
     def __repr__(self) -> str:
         return self.connection.label
@@ -194,6 +197,13 @@ class RedisStore(Store):
         if self._flood is None:
             self._flood = RedisFloodBudget(self.connection)
         return self._flood
+
+    def ledger(self) -> RedisLedger:
+        """The effect ledger in this Redis, over this store's connection (created on first
+        use, the same object on every call; see :class:`RedisLedger`)."""
+        if self._ledger is None:
+            self._ledger = RedisLedger(self.connection)
+        return self._ledger
 
     def _translate(self, op: str, exc: Exception) -> IdemError | None:
         """The connection's translation (Redis tells some errors apart only by text)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from telegram_idem import _inbox_logic as logic
-from telegram_idem.backends._text import storable_text
+from telegram_idem._text import storable_text
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._schema import RecordRows
 from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry

@@ -1,4 +1,5 @@
-"""Diagnostic text every store can keep: the one rule for ``last_error`` columns.
+"""Diagnostic text every store can keep: the one rule for ``last_error`` columns and the
+effect ledger's ``holder`` and ``detail``.
 
 A handler's error message may quote the update it failed on, and an update may carry what
 JSON allows but text columns refuse: a lone UTF-16 surrogate (``"\\ud800"``: not
