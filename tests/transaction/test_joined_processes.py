@@ -35,19 +35,12 @@ class Bot:
     target: str
     table: str
 
-    def start(self, key: str, mode: str = "run", hold: float = 0.5) -> subprocess.Popen[str]:
+    def start(
+        self, key: str, mode: str = "run", hold: float = 0.5, go: Path | None = None
+    ) -> subprocess.Popen[str]:
+        args = [self.db, self.url, self.target, self.table, key, mode, str(hold)]
         return subprocess.Popen(
-            [
-                sys.executable,
-                WORKER,
-                self.db,
-                self.url,
-                self.target,
-                self.table,
-                key,
-                mode,
-                str(hold),
-            ],
+            [sys.executable, WORKER, *args, *([str(go)] if go is not None else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -103,12 +96,21 @@ async def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
     return answer
 
 
-async def test_two_processes_racing_on_one_key_credit_once(bot: Bot) -> None:
-    first = bot.start("pay:charge-1", hold=1.0)
-    second = bot.start("pay:charge-1", hold=1.0)
-    answers = [await finish(first), await finish(second)]
-    assert sorted(bool(a["ran"]) for a in answers) == [False, True]
-    assert answers[0]["result"] == answers[1]["result"] == {"credited": "pay:charge-1"}
+async def test_two_processes_racing_on_one_key_credit_once(bot: Bot, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    procs = [bot.start("pay:charge-1", hold=1.0, go=go) for _ in range(2)]
+    for proc in procs:  # both set up, waiting to open their transactions together
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+        assert line.strip() == "waiting"
+    go.touch()
+    answers = [await finish(proc) for proc in procs]
+    ran = [a for a in answers if a["ran"]]
+    replayed = [a for a in answers if not a["ran"]]
+    assert len(ran) == 1 and len(replayed) == 1
+    assert ran[0]["result"] == replayed[0]["result"] == {"credited": "pay:charge-1"}
+    # the replaying process waited on the key for the other's transaction (hold 1 s)
+    assert isinstance(replayed[0]["seconds"], float) and replayed[0]["seconds"] > 0.5
     assert await count(bot) == 1
 
 
