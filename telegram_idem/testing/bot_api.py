@@ -618,7 +618,9 @@ class FakeBotAPI(LoopbackServer):
         """Everything recorded, as JSON (what ``GET /_fake/state`` answers): ``calls``,
         ``messages`` (current state), ``sent`` (``[chat_id, message_id, text]`` as sent),
         ``errors``, ``dropped`` (indexes into ``calls``), ``answered_callback_ids``,
-        ``faults`` and ``limit_429s``."""
+        ``faults``, ``limit_429s`` and ``payments`` (``invoices``: chat, message id,
+        payload, currency, total; ``pre_checkout_answers``; ``charges``: id, user, total,
+        refunds, refund attempts)."""
         index = {id(c): i for i, c in enumerate(self.calls)}
         return {
             "calls": [
@@ -653,6 +655,31 @@ class FakeBotAPI(LoopbackServer):
             "answered_callback_ids": list(self._answered),
             "faults": [f.to_json() for f in self.faults],
             "limit_429s": self.limit_429s,
+            "payments": {
+                "invoices": [
+                    {
+                        "chat_id": i.chat_id,
+                        "message_id": i.message_id,
+                        "payload": i.payload,
+                        "currency": i.currency,
+                        "total_amount": i.total_amount,
+                    }
+                    for i in self.payments.invoices
+                ],
+                "pre_checkout_answers": [
+                    dataclasses.asdict(a) for a in self.payments.pre_checkout_answers
+                ],
+                "charges": [
+                    {
+                        "charge_id": c.charge_id,
+                        "user_id": c.user_id,
+                        "total_amount": c.total_amount,
+                        "refunds": c.refunds,
+                        "refund_attempts": c.refund_attempts,
+                    }
+                    for c in self.payments.charges.values()
+                ],
+            },
         }
 
     # ----------------------------------------------------------------- HTTP plumbing

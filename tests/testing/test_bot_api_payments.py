@@ -15,7 +15,7 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, LabeledPri
 
 from telegram_idem.testing import DEFAULT_TOKEN, UpdateFactory
 from telegram_idem.testing._payments import CHARGE_ALREADY_REFUNDED, CHARGE_NOT_FOUND
-from telegram_idem.testing.bot_api import FakeBotAPI
+from telegram_idem.testing.bot_api import FakeBotAPI, FakeBotAPIControl
 
 CHAT = 5550001001
 
@@ -139,3 +139,19 @@ async def test_a_charge_is_refunded_once(api: FakeBotAPI, bot: Bot) -> None:
     with pytest.raises(TelegramBadRequest) as other:
         await bot.refund_star_payment(user + 1, "stxCharge1")  # another user's charge
     assert other.value.message == CHARGE_NOT_FOUND
+
+
+async def test_the_payments_are_in_the_state_another_process_reads(
+    api: FakeBotAPI, bot: Bot
+) -> None:
+    await bot.send_invoice(
+        CHAT, "Pack", "Stickers", "sku:1", "XTR", [LabeledPrice(label="Pack", amount=5)]
+    )
+    paid = UpdateFactory().successful_payment(charge_id="stxState", total_amount=5)
+    api.queue_update(paid)
+    await bot.refund_star_payment(paid["message"]["from"]["id"], "stxState")
+    state = await FakeBotAPIControl(api.url).state()
+    [invoice] = state["payments"]["invoices"]
+    assert (invoice["chat_id"], invoice["payload"], invoice["total_amount"]) == (CHAT, "sku:1", 5)
+    [charge] = state["payments"]["charges"]
+    assert (charge["charge_id"], charge["refunds"], charge["refund_attempts"]) == ("stxState", 1, 1)
