@@ -47,7 +47,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from examples.stars_shop.models import Account, Product, Purchase
 from examples.stars_shop.shop import Shop
-from telegram_idem import EffectContext, ResolveError, UnknownOutcomeError, idempotent
+from telegram_idem import (
+    EffectContext,
+    ResolveError,
+    StoredFailureError,
+    UnknownOutcomeError,
+    idempotent,
+)
 
 __all__ = [
     "BUSY",
@@ -271,6 +277,10 @@ async def on_refund(message: Message, command: CommandObject, bot: Bot, shop: Sh
             f"We could not confirm the refund of {charge_id} with Telegram. An operator "
             "will check it; nothing is refunded twice."
         )
+    except (TelegramBadRequest, StoredFailureError) as exc:
+        # Refused for good (e.g. CHARGE_NOT_FOUND): stored, so asking again replays it.
+        reason = exc.message if isinstance(exc, TelegramBadRequest) else exc.error_message
+        await message.answer(f"Telegram refused the refund of {charge_id}: {reason}")
 
 
 @idempotent(key=refund_key, in_progress="wait")

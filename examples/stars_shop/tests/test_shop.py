@@ -307,3 +307,17 @@ async def test_a_stock_check_past_its_budget_is_answered_busy_in_time(
     await asyncio.wait_for(running.feed(query), timeout=2)
     [answer] = running.api.payments.answered(query["pre_checkout_query"]["id"])
     assert (answer.ok, answer.error_message) == (False, BUSY)  # no charge: the buyer retries
+
+
+async def test_a_refund_telegram_refuses_is_stored_and_asking_again_replays_it(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    payment = paid(update_factory, "stxUnknownToTelegram")
+    await running.dp.feed_raw_update(running.bot, payment)  # the fake never learns the charge
+    chat = payment["message"]["chat"]["id"]
+    await running.feed(update_factory.command("/refund", "stxUnknownToTelegram"))
+    await running.feed(update_factory.command("/refund", "stxUnknownToTelegram"))
+    refused = [t for t in running.api.sent_texts(chat) if t.startswith("Telegram refused")]
+    assert len(refused) == 2 and all("CHARGE_NOT_FOUND" in t for t in refused), refused
+    assert len(running.api.calls_of("refundStarPayment")) == 1  # the failure is replayed
+    assert await running.balance(payment["message"]["from"]["id"]) == 10
