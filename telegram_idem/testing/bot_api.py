@@ -16,7 +16,10 @@ Point a client at it::
 
 Every request is recorded as a `Call`. Methods with built-in behaviour: ``getMe``,
 ``sendMessage``, ``editMessageText``, ``editMessageReplyMarkup``, ``deleteMessage``,
-``answerCallbackQuery``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``, ``getUpdates``.
+``answerCallbackQuery``, ``setWebhook``, ``deleteWebhook``, ``getWebhookInfo``, ``getUpdates``,
+and Telegram Stars payments: ``sendInvoice``, ``answerPreCheckoutQuery`` (within its 10 s
+deadline), ``refundStarPayment`` (``CHARGE_ALREADY_REFUNDED`` the second time), kept in
+`FakeBotAPI.payments` (`telegram_idem.testing._payments`).
 Any other method is recorded in `FakeBotAPI.unknown_methods` and answers ``true`` unless
 `FakeBotAPI.set_result` gave it a result. Method names are case-insensitive, as in the Bot API.
 
@@ -80,6 +83,14 @@ from telegram_idem.testing._faults import (
     FaultKind,
 )
 from telegram_idem.testing._loopback import LoopbackServer
+from telegram_idem.testing._payments import (
+    PRE_CHECKOUT_DEADLINE,
+    Charge,
+    Payments,
+    PreCheckoutAnswer,
+    SentInvoice,
+)
+from telegram_idem.testing._payments import PaymentError as _PaymentError
 from telegram_idem.testing._sent import check_no_429, check_no_repeated_text, check_sent_once
 
 __all__ = [
@@ -88,11 +99,15 @@ __all__ = [
     "NOT_MODIFIED",
     "QUERY_TOO_OLD",
     "Call",
+    "Charge",
     "ErrorAnswer",
     "FakeBotAPI",
     "FakeBotAPIControl",
     "Fault",
     "FaultKind",
+    "Payments",
+    "PreCheckoutAnswer",
+    "SentInvoice",
     "SentMessage",
     "UploadedFile",
     "WebhookState",
@@ -130,6 +145,9 @@ _STRING_FIELDS = frozenset(
         "name",
         "short_description",
         "next_offset",
+        "start_parameter",
+        "provider_token",
+        "telegram_payment_charge_id",
     }
 )
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -340,6 +358,10 @@ class FakeBotAPI(LoopbackServer):
             (`queue_update`) within which ``answerCallbackQuery`` succeeds; later it is
             answered 400 "query is too old" (Telegram's window is about 15 s). ``None``
             (the default): no window.
+        pre_checkout_answer_window: seconds after a pre-checkout query was made known
+            (`queue_update`, `learn_update`) within which ``answerPreCheckoutQuery``
+            succeeds (default Telegram's 10 s); later it is answered 400 "query is too
+            old". ``None``: no window.
     """
 
     def __init__(
@@ -350,6 +372,7 @@ class FakeBotAPI(LoopbackServer):
         long_poll_cap: float = 1.0,
         limits: Limits | None = None,
         callback_answer_window: float | None = None,
+        pre_checkout_answer_window: float | None = PRE_CHECKOUT_DEADLINE,
     ) -> None:
         super().__init__()
         self.bot_first_name = bot_first_name
@@ -364,6 +387,8 @@ class FakeBotAPI(LoopbackServer):
         """Every error answer, in order (injected, enforced limits, the fake's checks)."""
         self.dropped: list[Call] = []
         """Calls whose connection a ``drop`` fault closed without an answer."""
+        self.payments = Payments(pre_checkout_answer_window=pre_checkout_answer_window)
+        """Invoices sent, pre-checkout answers, charges and their refunds."""
         self._sent: list[tuple[int | str, int, str]] = []
         self._tats: dict[str, float] = {}
         self._callbacks_queued: dict[str, float] = {}
@@ -387,6 +412,9 @@ class FakeBotAPI(LoopbackServer):
             "deletewebhook": self._delete_webhook,
             "getwebhookinfo": self._get_webhook_info,
             "getupdates": self._get_updates,
+            "sendinvoice": self._send_invoice,
+            "answerprecheckoutquery": self._answer_pre_checkout_query,
+            "refundstarpayment": self._refund_star_payment,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -422,14 +450,27 @@ class FakeBotAPI(LoopbackServer):
         if not isinstance(update_id, int) or isinstance(update_id, bool):
             raise ValueError("an update needs an integer update_id")
         stored = copy.deepcopy(dict(update))
+        self.learn_update(stored)
+        self._updates.append(stored)
+        self._wake_pollers()
+
+    def learn_update(self, update: Mapping[str, Any]) -> None:
+        """Know what ``update`` shows without queuing it (for an update fed to the bot
+        directly): its chats and the bot's messages in it, a callback query's or a
+        pre-checkout query's answer window starts now, and a ``successful_payment``'s
+        charge becomes refundable. `queue_update` does this too."""
+        stored = copy.deepcopy(dict(update))
         for value in stored.values():
             if isinstance(value, dict):
                 self._learn(value)
         query = stored.get("callback_query")
         if isinstance(query, dict) and query.get("id") is not None:
             self._callbacks_queued.setdefault(str(query["id"]), time.monotonic())
-        self._updates.append(stored)
-        self._wake_pollers()
+        self.payments.learn(stored)
+
+    def invoices(self, chat_id: int | str) -> list[SentInvoice]:
+        """Invoices ``sendInvoice`` sent to ``chat_id``, in sending order."""
+        return [i for i in self.payments.invoices if str(i.chat_id) == str(chat_id)]
 
     def seed_message(self, message: Mapping[str, Any]) -> SentMessage:
         """Make a Message (Bot API "Message" shape) exist, as if the bot had sent it earlier."""
@@ -577,7 +618,9 @@ class FakeBotAPI(LoopbackServer):
         """Everything recorded, as JSON (what ``GET /_fake/state`` answers): ``calls``,
         ``messages`` (current state), ``sent`` (``[chat_id, message_id, text]`` as sent),
         ``errors``, ``dropped`` (indexes into ``calls``), ``answered_callback_ids``,
-        ``faults`` and ``limit_429s``."""
+        ``faults``, ``limit_429s`` and ``payments`` (``invoices``: chat, message id,
+        payload, currency, total; ``pre_checkout_answers``; ``charges``: id, user, total,
+        refunds, refund attempts)."""
         index = {id(c): i for i, c in enumerate(self.calls)}
         return {
             "calls": [
@@ -612,6 +655,31 @@ class FakeBotAPI(LoopbackServer):
             "answered_callback_ids": list(self._answered),
             "faults": [f.to_json() for f in self.faults],
             "limit_429s": self.limit_429s,
+            "payments": {
+                "invoices": [
+                    {
+                        "chat_id": i.chat_id,
+                        "message_id": i.message_id,
+                        "payload": i.payload,
+                        "currency": i.currency,
+                        "total_amount": i.total_amount,
+                    }
+                    for i in self.payments.invoices
+                ],
+                "pre_checkout_answers": [
+                    dataclasses.asdict(a) for a in self.payments.pre_checkout_answers
+                ],
+                "charges": [
+                    {
+                        "charge_id": c.charge_id,
+                        "user_id": c.user_id,
+                        "total_amount": c.total_amount,
+                        "refunds": c.refunds,
+                        "refund_attempts": c.refund_attempts,
+                    }
+                    for c in self.payments.charges.values()
+                ],
+            },
         }
 
     # ----------------------------------------------------------------- HTTP plumbing
@@ -813,6 +881,43 @@ class FakeBotAPI(LoopbackServer):
         user.update(can_join_groups=True, can_read_all_group_messages=False)
         user.update(supports_inline_queries=False)
         return user
+
+    async def _send_invoice(self, bot_id: str, params: Params) -> Any:
+        key = _chat_key(params.get("chat_id"))
+        markup = _normalize_markup(params.get("reply_markup"))
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id,
+            "from": self._bot_user(int(bot_id)),
+            "chat": self._chat(key),
+            "date": int(time.time()),
+        }
+        if markup is not None:
+            message["reply_markup"] = markup
+        try:
+            self.payments.send_invoice(params, message)
+        except _PaymentError as err:
+            raise _APIError(400, err.description) from None
+        self._next_message_id += 1
+        self._messages[(key, message["message_id"])] = SentMessage(
+            chat_id=key,
+            message_id=message["message_id"],
+            text=None,
+            reply_markup=markup,
+            message=message,
+        )
+        return copy.deepcopy(message)
+
+    async def _answer_pre_checkout_query(self, bot_id: str, params: Params) -> Any:
+        try:
+            return self.payments.answer_pre_checkout_query(params)
+        except _PaymentError as err:
+            raise _APIError(400, err.description) from None
+
+    async def _refund_star_payment(self, bot_id: str, params: Params) -> Any:
+        try:
+            return self.payments.refund_star_payment(params)
+        except _PaymentError as err:
+            raise _APIError(400, err.description) from None
 
     async def _send_message(self, bot_id: str, params: Params) -> Any:
         key = _chat_key(params.get("chat_id"))

@@ -92,6 +92,11 @@ class SQLiteConnection:
             self._conn = conn
         return self._conn
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection is open, its file and tables set up (no I/O)."""
+        return self._conn is not None
+
     async def open(self, *, wait: bool = True) -> None:
         """Open the connection now, unless it is open (the file and its tables are
         created if absent; on a file already set up this takes no lock).

@@ -145,7 +145,9 @@ class SQLiteOutbox(Outbox):
         for a key stored already or a ``collapse_key``), run directly on ``conn``.
         """
         db = self._db
-        if not self._set_up:
+        # Once the store is open its file is set up: never queue on its thread here, where
+        # claims may be waiting for the write lock this very transaction holds.
+        if not self._set_up and not db.is_open:
             await db.call("enqueue_in", self._set_up_file)
 
         async def job() -> tuple[OutboxEntry, bool]:
