@@ -388,3 +388,32 @@ async def test_a_joined_runs_steps_expire_with_it_and_a_window_is_kept(
     nav = await idem.store.get("nav:1")
     assert nav is not None and nav.status is Status.COMPLETED
     assert nav.expires_at - (nav.lease_expires_at - idem.lease) < 10  # the window
+
+
+async def test_joining_never_queues_behind_the_stores_thread(tmp_path: Path) -> None:
+    """The first join of a connection inside the bot's transaction does not wait on the
+    store's thread once the store is in use: that thread may be queued behind a claim
+    waiting for the very write lock the bot's transaction holds (the stall the Stars
+    shop's two processes hit through ``enqueue_in``)."""
+    path = tmp_path / "bot.db"
+    store = SQLiteStore(str(path), busy_timeout=3)
+    idem = Idem(store, heartbeat=False)
+    try:
+        await store.claim("warm", lease=30, retention=60)  # the store in use
+        async with aiosqlite.connect(path, timeout=5) as conn:
+            await conn.execute("BEGIN IMMEDIATE")  # the bot's transaction: the write lock
+            waiting = asyncio.create_task(store.claim("other", lease=30, retention=60))
+            await asyncio.sleep(0.2)  # that claim now waits for the lock on the thread
+            started = asyncio.get_running_loop().time()
+            async with idem.transaction(conn):
+                done = await asyncio.wait_for(
+                    idem.run("order:9", lambda: asyncio.sleep(0, "ok")), timeout=2
+                )
+            took = asyncio.get_running_loop().time() - started
+            await conn.commit()
+        await waiting
+        assert done == "ok" and took < 1, f"the join waited {took:.2f} s"
+        record = await store.get("order:9")
+        assert record is not None and record.status is Status.COMPLETED
+    finally:
+        await idem.close()

@@ -276,7 +276,9 @@ class SQLiteJoinedRecords:
             return
 
         async def job() -> None:
-            if self.store not in _set_up:
+            # An open store has set its file up: never queue on its thread here, where
+            # claims may wait for the write lock this very transaction holds.
+            if self.store not in _set_up and not self.store.connection.is_open:
                 await self._set_up_file()
             driver = await self._driver()
             if isinstance(driver, sqlite3.Connection):
