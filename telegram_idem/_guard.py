@@ -588,8 +588,11 @@ class Idem:
         (``<action key>:s:<name>`` in the key's first run, ``<action key>:r<n>:s:<name>``
         in a later one) and it is kept no longer than the action's record, so a step
         recorded by an earlier run of the action key (after its retention or ``window``)
-        is never replayed into a new run. Steps have names, not positions: steps run
-        concurrently (``asyncio.gather``) keep their identities.
+        is never replayed into a new run. An at-most-once step (``once="at_most"``) keeps
+        the first run's key in every run: an unknown outcome stays unknown for every
+        later run of the action (``UnknownOutcomeError``, never a second effect) until it
+        is resolved, and its idempotency key stays the same. Steps have names, not
+        positions: steps run concurrently (``asyncio.gather``) keep their identities.
 
         ``once``, ``on_error`` and the error lists are :meth:`run`'s; under
         ``once="at_most"`` a retried action whose step was interrupted gets
@@ -639,7 +642,11 @@ class Idem:
                 raise ConfigurationError(
                     f"step {name!r} needs a running @idempotent action, or an explicit key="
                 )
-            key = self.keys.step(action.key, name, action.epoch)
+            # An at-most-once step's key does not carry the run: its unknown outcome (a
+            # ledger row that never expires) must stop every later run of the action too,
+            # not only retries of this one; its completed record still expires with the
+            # action's (the retention cap in run).
+            key = self.keys.step(action.key, name, action.epoch if once == "at_least" else 0)
 
         def call() -> Awaitable[T]:
             if context:

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from telegram_idem import Idem, LostClaimError, ManualClock, Status, Store, store_from_url
+from telegram_idem import (
+    AmbiguousEffectError,
+    EffectContext,
+    Idem,
+    LostClaimError,
+    ManualClock,
+    Status,
+    Store,
+    UnknownOutcomeError,
+    store_from_url,
+)
 from telegram_idem.backends import as_purgeable
 
 KEY = "idem:7000000001:a:grant:1"
@@ -173,3 +183,32 @@ async def test_a_purged_action_never_replays_an_old_step(
         assert grants.runs == 2
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("window", [None, 2.0])
+async def test_an_unknown_at_most_step_stops_every_later_run_of_its_action(
+    idem: Idem, clock: ManualClock, window: float | None
+) -> None:
+    """The run-carrying key must not let a later run of the action (after its retention,
+    or its ``window``) meet no ledger row and charge again: an at-most-once step keeps
+    the first run's key, so its unknown outcome stops every run until it is resolved,
+    and the provider sees one idempotency key."""
+    sent: list[str] = []
+
+    async def charge(ctx: EffectContext) -> str:
+        sent.append(ctx.idempotency_key)
+        raise AmbiguousEffectError("the provider timed out after the request was sent")
+
+    async def action() -> str:
+        return await idem.step("charge", charge, once="at_most", context=True)
+
+    for _ in range(3):
+        with pytest.raises(UnknownOutcomeError) as caught:
+            await idem.run(KEY, action, window=window)
+        clock.advance(RETENTION + LEASE + 1)  # the action's record is long gone
+    assert len(sent) == 1
+    assert caught.value.key == idem.keys.step(KEY, "charge")
+    assert [u.key for u in await idem.unresolved()] == [idem.keys.step(KEY, "charge")]
+    await idem.resolve(idem.keys.step(KEY, "charge"), result="charged")
+    assert await idem.run(KEY, action, window=window) == "charged"
+    assert len(sent) == 1
