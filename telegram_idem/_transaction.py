@@ -29,13 +29,14 @@ transaction holds the key's row.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from telegram_idem._context import bind_action, bound_update
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
@@ -43,6 +44,7 @@ from telegram_idem._records import Outcome
 from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
 from telegram_idem.backends import joined_of
 from telegram_idem.errors import (
+    ConfigurationError,
     InProgressError,
     LostClaimError,
     ResultEncodingError,
@@ -93,6 +95,39 @@ async def transaction(idem: Idem, conn: object) -> AsyncIterator[JoinedTransacti
 _joinable: weakref.WeakSet[object] = weakref.WeakSet()
 """The stores :func:`~telegram_idem.backends.joined_of` accepted once."""
 
+_IDLE: Any = object()
+_running: dict[int, asyncio.Task[Any] | None] = {}
+"""``id(joined transaction)`` → the task whose joined run is on its connection now."""
+
+
+@contextlib.contextmanager
+def _one_at_a_time(joined: JoinedTransaction, key: str) -> Iterator[None]:
+    """Let runs share one joined connection only one after another (a step nested in
+    a run is in the run's task and passes): a second task's run while another's is on
+    the connection would interleave statements on it, which asyncpg refuses with a raw
+    ``InterfaceError`` and SQLite serialises into a half-done transaction.
+
+    Raises:
+        ConfigurationError: another task's joined run is on the connection now.
+    """
+    task = asyncio.current_task()
+    slot = id(joined)
+    owner = _running.get(slot, _IDLE)
+    if owner is not _IDLE and owner is not task:
+        raise ConfigurationError(
+            f"{key}: another task is running an action on this joined transaction's "
+            "connection (asyncio.gather inside idem.transaction?): one connection runs one "
+            "statement at a time, so run the actions of one transaction one after another"
+        )
+    if owner is task:
+        yield
+        return
+    _running[slot] = task
+    try:
+        yield
+    finally:
+        del _running[slot]
+
 
 def _first_join(store: object, conn: object) -> JoinedRecords:
     records = joined_of(store, conn)
@@ -131,8 +166,40 @@ async def run_joined(
         ResultEncodingError: the result cannot be stored (the failure is stored).
         StoreError: the database could not answer (the transaction is then usually
             aborted: roll it back).
+        ConfigurationError: another task's joined run is on the same connection now
+            (``asyncio.gather`` of actions inside one ``idem.transaction`` block).
         Exception: whatever ``fn`` raised.
     """
+    with _one_at_a_time(joined, key):
+        return await _run_joined(
+            idem,
+            joined,
+            key,
+            fn,
+            fingerprint=fingerprint,
+            on_error=on_error,
+            lease=lease,
+            retention=retention,
+            kept=kept,
+            handler=handler,
+            boundary=boundary,
+        )
+
+
+async def _run_joined(
+    idem: Idem,
+    joined: JoinedTransaction,
+    key: str,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    fingerprint: str | None,
+    on_error: Literal["release", "store"],
+    lease: float,
+    retention: float,
+    kept: float | None,
+    handler: str | None,
+    boundary: Literal["action", "step"],
+) -> T:
     records = joined.records
     ctx = bound_update()
     update, bot_id = (ctx.update, ctx.bot_id) if ctx is not None else (None, None)

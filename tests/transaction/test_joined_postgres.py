@@ -385,3 +385,36 @@ async def test_a_pool_connection_joins_like_a_connection(shop: Shop) -> None:
     assert record is not None and record.status is Status.COMPLETED
     assert await outbox.get(effect) is not None
     assert await shop.rows() == [11]
+
+
+async def test_gathered_actions_on_one_joined_connection_are_refused_clearly(
+    tx: Tx, shop: Shop
+) -> None:
+    """asyncpg refuses a second statement while one runs with a raw ``InterfaceError``
+    that leaves the connection inside its transaction: the second task's run is refused
+    before it touches the connection, and the first commits."""
+    idem = shop.idem
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(0.05)
+        await tx.exec(f"INSERT INTO {shop.orders} VALUES (21)")
+        return "a"
+
+    async def second() -> str:
+        await started.wait()
+        return await idem.run("order:22", _nothing_ok)
+
+    async with tx.begin():
+        async with idem.transaction(tx.conn):
+            outcomes = await asyncio.gather(
+                idem.run("order:21", slow), second(), return_exceptions=True
+            )
+    assert outcomes[0] == "a"
+    assert isinstance(outcomes[1], ConfigurationError)
+    assert await shop.rows() == [21] and await idem.store.get("order:22") is None
+
+
+async def _nothing_ok() -> str:
+    return "b"

@@ -417,3 +417,33 @@ async def test_joining_never_queues_behind_the_stores_thread(tmp_path: Path) -> 
         assert record is not None and record.status is Status.COMPLETED
     finally:
         await idem.close()
+
+
+async def test_gathered_actions_on_one_joined_connection_are_refused_clearly(
+    tx: Tx, shop: tuple[Idem, str]
+) -> None:
+    """Two tasks' runs on one connection at once would interleave statements on it
+    (asyncpg: a raw ``InterfaceError``): the second is refused with a clear error, and
+    steps nested in one run still join."""
+    idem, path = shop
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(0.05)
+        await tx.exec("INSERT INTO orders VALUES (21)")
+        return await idem.step("inner", lambda: asyncio.sleep(0, "nested"))
+
+    async def second() -> str:
+        await started.wait()
+        return await idem.run("order:22", lambda: asyncio.sleep(0, "b"))
+
+    async with tx.begin():
+        async with idem.transaction(tx.conn):
+            outcomes = await asyncio.gather(
+                idem.run("order:21", slow), second(), return_exceptions=True
+            )
+    assert outcomes[0] == "nested"
+    assert isinstance(outcomes[1], ConfigurationError)
+    assert "one after another" in str(outcomes[1])
+    assert orders(path) == [21] and await idem.store.get("order:22") is None
