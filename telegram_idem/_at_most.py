@@ -86,8 +86,15 @@ def _emit(
     )
 
 
+DETAIL_CHARS = 1000
+"""Most characters of an error's text kept as a ledger row's ``detail`` (a provider's
+error page can be megabytes; the operator needs its first lines)."""
+
+
 def _detail(exc: BaseException) -> str:
     text = str(exc)
+    if len(text) > DETAIL_CHARS:
+        text = f"{text[:DETAIL_CHARS]}… ({len(text)} characters)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

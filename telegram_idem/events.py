@@ -58,6 +58,9 @@ decision_logger = logging.getLogger("telegram_idem.decisions")
 
 _log = logging.getLogger("telegram_idem.events")
 
+_WARN = frozenset({"conflict", "unknown"})
+"""Decisions logged at WARNING: a conflict, and an effect whose outcome is unknown."""
+
 
 @dataclass(frozen=True, slots=True)
 class DecisionEvent:
@@ -99,8 +102,9 @@ class DecisionEvent:
 
     @property
     def level(self) -> int:
-        """The log level of its record: WARNING for a conflict, else INFO."""
-        return logging.WARNING if self.decision == "conflict" else logging.INFO
+        """The log level of its record: WARNING for a conflict or an unknown outcome
+        (someone must look), else INFO."""
+        return logging.WARNING if self.decision in _WARN else logging.INFO
 
 
 Hook = Callable[[DecisionEvent], object]
@@ -209,7 +213,7 @@ def emit_decision(
         elapsed_ms: milliseconds the decision took.
         bot_id: the receiving bot's id, when known.
     """
-    level = logging.WARNING if decision == "conflict" else logging.INFO
+    level = logging.WARNING if decision in _WARN else logging.INFO
     if not listening(level):
         return
     emit(

@@ -179,14 +179,14 @@ def absent(method: F) -> F:
 
 def missing(store: object, ability: type) -> ConfigurationError:
     """The error for ``store`` lacking ``ability`` (one of this module's protocols),
-    to raise: ``"<repr(store)> has no <ability> (<ability> of telegram_idem.backends._abilities)"``.
+    to raise: ``"<repr(store)> has no <ability> (the <Ability> ability of telegram_idem.backends)"``
+    (the public module that exports the protocols and helpers).
 
     The store is shown by its ``repr`` (which, for every store, never shows a password).
     """
     what = _WHAT.get(ability, ability.__name__)
     return ConfigurationError(
-        f"{store!r} has no {what} (the {ability.__name__} ability of "
-        "telegram_idem.backends._abilities)"
+        f"{store!r} has no {what} (the {ability.__name__} ability of telegram_idem.backends)"
     )
 
 

@@ -4,6 +4,7 @@ protocol (telegram_idem/ledger/_base.py) on the real memory and SQLite stores.""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,24 @@ async def test_idempotent_at_most_runs_and_replays(idem: Idem) -> None:
         assert await delete(update) == "deleted"
     assert effect.calls == 1
     assert await ledger(idem).entries() == []
+
+
+async def test_a_huge_error_text_is_kept_as_its_head(idem: Idem) -> None:
+    """A provider's 200 KB error page is not stored whole as the row's detail."""
+    effect = Effect(AmbiguousEffectError("<html>" + "x" * 200_000), "never")
+    with pytest.raises(UnknownOutcomeError):
+        await idem.run(KEY, effect, once="at_most")
+    row = await ledger(idem).get(KEY)
+    assert row is not None and row.detail.startswith("AmbiguousEffectError: <html>xx")
+    assert len(row.detail) < 1100 and "(200006 characters)" in row.detail
+
+
+async def test_an_unknown_outcome_is_logged_at_warning(
+    idem: Idem, caplog: pytest.LogCaptureFixture
+) -> None:
+    effect = Effect(AmbiguousEffectError("timeout"), "never")
+    with caplog.at_level(logging.INFO, logger="telegram_idem.decisions"):
+        with pytest.raises(UnknownOutcomeError):
+            await idem.run(KEY, effect, once="at_most")
+    levels = {r.getMessage().split()[1]: r.levelno for r in caplog.records}
+    assert levels["unknown"] == logging.WARNING and levels["acquired"] == logging.INFO
