@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -198,6 +199,18 @@ def render_key(source: KeySource, update: Mapping[str, Any], *, bot_id: int | No
     return key
 
 
+_SUBKEY = re.compile(r":(?=(?:s|o|r\d+:s):)")
+
+
+def escape_action(name: str) -> str:
+    """``name`` unless it holds a backslash or a sub-key separator (``:s:``,
+    ``:o:``, ``:r<n>:s:``); then backslashes doubled and a backslash put after each
+    such ``:``. Injective (distinct names give distinct results); never raises."""
+    if "\\" not in name and not _SUBKEY.search(name):
+        return name
+    return _SUBKEY.sub(":\\\\", name.replace("\\", "\\\\"))
+
+
 def fingerprint(value: object) -> str:
     """SHA-256 (hex, first 32 chars) of the canonical JSON of ``value``.
 
@@ -225,8 +238,16 @@ class KeyBuilder:
         return bounded_key(f"{self.prefix}:{bot_id}:u:{update_id}")
 
     def action(self, bot_id: int, action: str) -> str:
-        """Key of an action (the rendered template)."""
-        return bounded_key(f"{self.prefix}:{bot_id}:a:{action}")
+        """Key of an action (the rendered template).
+
+        The name is kept as it is unless it could spell a key *inside* another action
+        (a step ``:s:``, a later run's step ``:r<n>:s:``, an outbox call ``:o:``): a
+        template over user text (``{callback_data}``, ``{message.text}``) must never
+        steer an action onto another action's step record. Such a name is escaped
+        injectively by :func:`escape_action` (a backslash before those separators, and
+        backslashes doubled), so distinct names keep distinct keys.
+        """
+        return bounded_key(f"{self.prefix}:{bot_id}:a:{escape_action(action)}")
 
     def step(self, action_key: str, name: str, epoch: int = 0) -> str:
         """Key of a named side-effect step inside the action ``action_key``.

@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from telegram_idem import (
     Idem,
@@ -19,7 +21,13 @@ from telegram_idem import (
     idempotent,
     render_template,
 )
-from telegram_idem._keys import KEY_PREFIX_BYTES, MAX_KEY_BYTES, bounded_key, render_key
+from telegram_idem._keys import (
+    KEY_PREFIX_BYTES,
+    MAX_KEY_BYTES,
+    bounded_key,
+    escape_action,
+    render_key,
+)
 from telegram_idem.testing._delivery import fixture_names, load_fixture
 
 BOT = 7000000001
@@ -406,3 +414,32 @@ def test_render_key_takes_both_forms() -> None:
         f"k:{update['update_id']}"
     )
     assert render_key("m:{message_id}", update, bot_id=BOT) == "m:4121"
+
+
+async def test_an_action_name_cannot_spell_another_actions_step() -> None:
+    """A template over user text (``pay{callback_data}`` with ``7:s:charge`` sent by
+    a client) must not land on action ``pay7``'s step ``charge``: it would replay that
+    step's result as its own and never run (found by a fresh-user trial)."""
+    idem = Idem("memory://", heartbeat=False)
+    pay7 = idem.keys.action(1, "pay7")
+
+    async def charge() -> str:
+        return "pay7's charge"
+
+    assert await idem.run(pay7, lambda: idem.step("charge", charge)) == "pay7's charge"
+    ran: list[str] = []
+
+    async def other() -> str:
+        ran.append("other")
+        return "other"
+
+    assert await idem.run(idem.keys.action(1, "pay7:s:charge"), other) == "other"
+    assert await idem.run(idem.keys.action(1, "pay7:o:x:0"), other) == "other"
+    assert ran == ["other", "other"]
+    assert idem.keys.action(1, "approve:42") == "idem:1:a:approve:42"  # plain names unchanged
+
+
+@given(st.lists(st.text(alphabet=":\\sor1a", max_size=12), min_size=2, max_size=2, unique=True))
+def test_escaped_action_names_stay_distinct(names: list[str]) -> None:
+    a, b = (escape_action(n) for n in names)
+    assert a != b
