@@ -3,7 +3,7 @@ for the in-process stores (memory, SQLite), which run them inside their one tran
 Server stores implement the same rules natively; the conformance suite
 (:class:`telegram_idem.testing.conformance.LedgerConformance`) checks both.
 
-See :mod:`telegram_idem.ledger._base` for the protocol these rules serve.
+See :mod:`telegram_idem.ledger` (its docstring) for the protocol these rules serve.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 An :class:`UpdateFactory` hands out valid ``Update`` objects as JSON-shaped dicts (field
 names as the Bot API spells them, ``from`` included), each with the next ``update_id``, and
-messages with the next ``message_id``. Every shape is checked by the test suite to parse
+messages with the next ``message_id``. The id after a callback query's is kept for its second
+tap (:func:`make_double_tap`'s default, which ``Replayer.double_tap`` and
+``TelegramDelivery.double_tap`` use), so the factory never hands it out to another update. Every shape is checked by the test suite to parse
 with aiogram 3 (``Update.model_validate``) and python-telegram-bot 22
 (``Update.de_json``) with no field either library does not know::
 
@@ -198,7 +200,9 @@ class UpdateFactory:
         bot: the bot user (default :data:`DEFAULT_BOT`).
         user: the default sender (default :data:`DEFAULT_USER`).
         chat: the default chat (default: the private chat with ``user``).
-        first_update_id: the first ``update_id`` handed out.
+        first_update_id: the first ``update_id`` handed out. Ids rise from there, skipping
+            each callback query's ``update_id`` + 1: that is its default second tap's
+            (:func:`make_double_tap`), and the guard would drop a later update given it.
         first_message_id: the first ``message_id`` handed out.
         clock: seconds since the epoch for ``date`` fields (e.g. the ``idem_clock``
             fixture); default a fixed 2023-11-14 date, so updates are reproducible.
@@ -220,6 +224,7 @@ class UpdateFactory:
         self.user: dict[str, Any] = dict(user)
         self.chat: dict[str, Any] = dict(chat) if chat is not None else self.private_chat()
         self._update_ids = itertools.count(first_update_id)
+        self._kept_update_ids: set[int] = set()  # callback query id + 1: its second tap's
         self._message_ids = itertools.count(first_message_id)
         self._object_ids = itertools.count(1)
         self._user_ids = itertools.count(int(self.user["id"]) + 1)
@@ -228,8 +233,18 @@ class UpdateFactory:
     # ------------------------------------------------------------------ ids and parts
 
     def next_update_id(self) -> int:
-        """The next ``update_id`` (rising by one, as Telegram's do)."""
-        return next(self._update_ids)
+        """The next ``update_id`` (rising by one, as Telegram's do, but never one kept for
+        a callback query's second tap)."""
+        while (uid := next(self._update_ids)) in self._kept_update_ids:
+            self._kept_update_ids.discard(uid)
+        return uid
+
+    def _take_update_id(self, kind: str, update_id: int | None) -> int:
+        uid = self.next_update_id() if update_id is None else update_id
+        if kind == "callback_query":
+            # make_double_tap's default second tap takes uid + 1: never hand that out.
+            self._kept_update_ids.add(uid + 1)
+        return uid
 
     def next_message_id(self) -> int:
         """The next ``message_id``."""
@@ -275,7 +290,7 @@ class UpdateFactory:
         self, kind: str, payload: Mapping[str, Any], *, update_id: int | None = None
     ) -> dict[str, Any]:
         """``{"update_id": …, kind: payload}`` for any update type (a copy of ``payload``)."""
-        uid = self.next_update_id() if update_id is None else update_id
+        uid = self._take_update_id(kind, update_id)
         return {"update_id": uid, kind: copy.deepcopy(dict(payload))}
 
     def _message_body(
@@ -437,14 +452,15 @@ class UpdateFactory:
 
     def double_tap(self, callback_update: Mapping[str, Any]) -> dict[str, Any]:
         """The second tap on the same button: the next ``update_id``, a new query id, the
-        same ``from``, message and ``data`` (see :func:`make_double_tap`).
+        same ``from``, message and ``data`` (see :func:`make_double_tap`). Being a callback
+        query, its own ``update_id`` + 1 is kept too (a third tap's default).
 
         Raises:
             ValueError: ``callback_update`` is not a callback query update.
         """
-        return make_double_tap(
-            callback_update, self.next_update_id(), new_callback_query_id=self._next_numeric_id()
-        )
+        second = make_double_tap(callback_update, new_callback_query_id=self._next_numeric_id())
+        second["update_id"] = self._take_update_id("callback_query", None)
+        return second
 
     def inline_query(
         self,
@@ -707,9 +723,9 @@ class UpdateFactory:
             update = load_fixture(text)  # raises FileNotFoundError naming the fixtures
         else:
             update = load_update(text)
-        if renumber:
-            update["update_id"] = self.next_update_id()
         kind = next(k for k in update if k != "update_id")
+        if renumber:
+            update["update_id"] = self._take_update_id(kind, None)
         if overrides:
             update[kind] = merge(update[kind], overrides)
         return update

@@ -53,6 +53,10 @@ def make_double_tap(
     a new ``callback_query.id`` (default: the original id as a number + 1, Telegram's ids are
     numeric strings); ``from``, ``message``/``inline_message_id``, ``chat_instance`` and
     ``data`` are unchanged. Raises `ValueError` if the update is not a ``callback_query``.
+
+    :class:`~telegram_idem.testing.UpdateFactory` never hands out a callback query's
+    ``update_id`` + 1 to another update, so the default second tap of a factory-made
+    tap is not mistaken for (nor drops) the test's next update.
     """
     original_id = update_id_of(callback_update)
     query = callback_update.get("callback_query")

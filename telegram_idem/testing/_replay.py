@@ -424,7 +424,8 @@ class Replayer:
         concurrently: bool = True,
     ) -> ReplayResult:
         """Deliver a callback query and its second tap (default
-        :func:`~telegram_idem.testing.make_double_tap`), at once by default.
+        :func:`~telegram_idem.testing.make_double_tap`: ``update_id`` + 1, an id
+        :class:`~telegram_idem.testing.UpdateFactory` keeps free), at once by default.
 
         Raises:
             ValueError: ``callback_update`` is not a callback query update.

@@ -195,3 +195,33 @@ def test_the_api_page_lists_exactly_the_public_surface() -> None:
     current = text[text.index(BEGIN) : text.index(END) + len(END)]
     expected = surface_markdown()
     assert current == expected, f"docs/api.md is out of date; the block should read:\n\n{expected}"
+
+
+def module_table_rows() -> list[tuple[str, str]]:
+    """``(first cell, whole row)`` of the "module | what it is for" table of the page."""
+    lines = API_PAGE.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| module |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append((line.split("|")[1].strip().strip("`"), line))
+    return rows
+
+
+def covered_by(module: str, cell: str, row: str) -> bool:
+    """``cell`` names ``module``, or a pattern over its package (``pkg.*``, ``pkg.<store>``),
+    or ``module``'s parent package whose row names ``.child``."""
+    if cell == module:
+        return True
+    if cell.endswith(".*") or cell.endswith(">"):
+        package = cell.rsplit(".", 1)[0]
+        return module == package or module.startswith(package + ".")
+    parent, _, child = module.rpartition(".")
+    return cell == parent and f"`.{child}`" in row
+
+
+def test_the_module_table_covers_every_public_module() -> None:
+    rows = module_table_rows()
+    missing = [m for m in MODULES if not any(covered_by(m, cell, row) for cell, row in rows)]
+    assert not missing, f"docs/api.md's module table does not mention {missing}"

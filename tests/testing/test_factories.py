@@ -23,6 +23,7 @@ from telegram_idem.testing import (
     chat_member_status,
     fixture_names,
     load_fixture,
+    make_double_tap,
 )
 from telegram_idem.testing._factories import merge
 
@@ -208,6 +209,22 @@ def test_double_tap_is_another_update_meaning_the_same_action() -> None:
     assert render_template(template, first, bot_id=1) == render_template(template, second, bot_id=1)
 
 
+def test_no_update_gets_the_id_of_a_default_second_tap() -> None:
+    # make_double_tap's default second tap takes the tap's update_id + 1; the factory
+    # skips that id, whichever way the callback query was made.
+    f = UpdateFactory(first_update_id=1)
+    tap = f.callback_query("del:1")
+    message = f.message("hello")
+    assert make_double_tap(tap)["update_id"] == 2
+    assert message["update_id"] == 3
+    renumbered = f.recorded("callback_delete")
+    generic = f.update("callback_query", tap["callback_query"])
+    again = f.double_tap(generic)
+    ids = [f.message()["update_id"] for _ in range(4)]
+    assert (renumbered["update_id"], generic["update_id"], again["update_id"]) == (4, 6, 8)
+    assert ids == [10, 11, 12, 13]  # 5, 7 and 9 kept for second taps
+
+
 def test_edited_message_keeps_the_original_identity() -> None:
     f = UpdateFactory()
     original = f.command("/techpost", "v1")
@@ -234,7 +251,7 @@ def test_recorded_payloads_renumber_and_override() -> None:
     f = UpdateFactory(first_update_id=9)
     a = f.recorded("callback_delete")
     b = f.recorded("callback_delete.json", data="unpub:1")
-    assert (a["update_id"], b["update_id"]) == (9, 10)
+    assert (a["update_id"], b["update_id"]) == (9, 11)  # 10: kept for a's second tap
     assert b["callback_query"]["data"] == "unpub:1"
     assert f.recorded("techpost_command", renumber=False) == load_fixture("techpost_command")
     with pytest.raises(FileNotFoundError, match="available"):

@@ -465,6 +465,31 @@ async def test_callable_under_the_update_guard(idem: Idem, replay: ReplayFactory
     assert result.handler_replays == {count_vote.__qualname__: 1}  # the revote replayed
 
 
+@IN_PROCESS_STORES
+async def test_the_update_after_a_double_tap_is_not_taken_for_its_second_tap(
+    idem: Idem, replay: ReplayFactory
+) -> None:
+    # The default second tap takes the tap's update_id + 1; the factory must not hand
+    # that id out next, or the guard drops the test's next update as a duplicate.
+    seen: list[int] = []
+
+    async def handle(update: dict[str, Any]) -> None:
+        seen.append(update["update_id"])
+
+    updates = UpdateFactory()
+    tap = updates.callback_query("del:42")
+    replayer = replay(handle, guard=idem)
+    tapped = await replayer.double_tap(tap)
+    hello = updates.message("hello")
+    after = await replayer.deliver([hello])
+
+    assert len(tapped.update_runs) == 2
+    assert hello["update_id"] not in tapped.update_runs
+    assert hello["update_id"] in seen
+    assert after.updates_dropped == 0
+    assert after.update_runs == {hello["update_id"]: 1}
+
+
 async def test_callable_without_guard_counts_every_delivery(replay: ReplayFactory) -> None:
     seen: list[int] = []
 
