@@ -1,5 +1,5 @@
 """Running an acquired key at most once: the effect ledger's protocol
-(:mod:`telegram_idem.ledger._base`, its table) around the record's claim.
+(:mod:`telegram_idem.ledger`, its table) around the record's claim.
 
 The guard (:meth:`telegram_idem.Idem.run` with ``once="at_most"``) has claimed the key
 with fencing token ``t``; here the ledger row is written before the effect runs and

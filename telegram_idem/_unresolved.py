@@ -8,7 +8,7 @@ record's lease ended, or the record itself is gone) and the outbox's ``UNKNOWN``
 A ``STARTED`` row whose record completed or failed is stale (its holder stopped between
 recording the outcome and removing the row): it is removed here, not listed.
 
-``resolve`` follows the ledger's protocol (:mod:`telegram_idem.ledger._base`, last row
+``resolve`` follows the ledger's protocol (:mod:`telegram_idem.ledger`, last row
 of its table): the resolver claims the key's record (a fencing token above every
 earlier holder's, so a late holder's completion fails with
 :class:`~telegram_idem.errors.LostClaimError`), settles the row (the first resolution

@@ -3,7 +3,7 @@
 shared by every process on the database.
 
 Every method is one statement (one round trip once prepared), applying the rules of
-:mod:`telegram_idem.ledger._base` natively (the in-process stores run the same rules as
+:mod:`telegram_idem.ledger` natively (the in-process stores run the same rules as
 :mod:`telegram_idem._ledger_logic`; the conformance suite checks both):
 
 - **start**: ``INSERT … ON CONFLICT (key) DO NOTHING RETURNING`` in a CTE, and the

@@ -17,7 +17,7 @@ touches one slot (one node) on a Redis Cluster, listing included. With
 
 Rows have no TTL: they never expire (an unknown outcome stays until settled). Every call
 is ONE ``EVALSHA`` (``ledger_*`` in :data:`~telegram_idem.backends.redis.SCRIPTS`) that
-reads, decides by the rules of :mod:`telegram_idem.ledger._base` and writes atomically,
+reads, decides by the rules of :mod:`telegram_idem.ledger` and writes atomically,
 so racing :meth:`RedisLedger.start` calls write one row. Time is the store's clock:
 ``TIME`` inside the script, or the injected clock passed as ``ARGV[1]``.
 
