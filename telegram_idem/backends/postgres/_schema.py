@@ -1,6 +1,6 @@
 """The PostgreSQL store's schema, defined once with SQLAlchemy Core, and its migration.
 
-Two tables per table prefix: the records, ``<table_prefix>_records`` (default
+One set of tables per table prefix (records, inbox, outbox, flood budget, effect ledger), each below; the records, ``<table_prefix>_records`` (default
 ``idem_records``)::
 
     key               text              PRIMARY KEY
