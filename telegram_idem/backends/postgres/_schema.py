@@ -1,7 +1,7 @@
 """The PostgreSQL store's schema, defined once with SQLAlchemy Core, and its migration.
 
-One set of tables per table prefix (records, inbox, outbox, flood budget, effect ledger), each below; the records, ``<table_prefix>_records`` (default
-``idem_records``)::
+One set of tables per table prefix (records, inbox, outbox, flood budget, effect
+ledger), each below; the records, ``<table_prefix>_records`` (default ``idem_records``)::
 
     key               text              PRIMARY KEY
     status            text              NOT NULL  CHECK in (in_progress, completed, failed)
