@@ -172,7 +172,8 @@ class PreCheckoutAnswers:
     for the stock check's budget. Telegram drops the payment if the answer is later than
     10 s; answering twice is harmless (the charge happens once, after the first ``ok``),
     so no idempotency record is needed. A query fetched again (its batch was not
-    admitted, so the offset did not move) is not answered again by this process.
+    admitted, so the offset did not move) is not answered again by this process, unless
+    its first answer failed.
 
     Args:
         get_updates: the real call, e.g. ``aiogram_get_updates(bot)``.
@@ -210,6 +211,7 @@ class PreCheckoutAnswers:
             await answer_pre_checkout(query, self.bot, self.shop)
         except Exception:  # a task of its own: nobody else would see the error
             log.exception("pre-checkout %s not answered", raw.get("id"))
+            self._seen.pop(str(raw.get("id")), None)  # fetched again, it is tried again
 
     async def settle(self, limit: float = 10.0) -> None:
         """Wait up to ``limit`` seconds for the answers in flight (at shutdown, or in a
