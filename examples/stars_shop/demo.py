@@ -1,7 +1,9 @@
 """``python -m examples.stars_shop.demo``: the shop, offline, against a local Bot API
 (``FakeBotAPI``), fed what Telegram sends when things go wrong: a command delivered
 twice, a double tap on "Buy", one payment delivered three times, a refund asked twice, a
-refund whose answer is lost. It prints each check and exits 1 if one fails.
+refund whose answer is lost. Pre-checkout queries go through the shop's ingress (answered
+when fetched); the rest is fed to the dispatcher directly. It prints each check and exits
+1 if one fails.
 
 ``--db PATH`` keeps the shop's SQLite file (default: a temporary directory).
 """
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from examples.stars_shop.app import connected
+from examples.stars_shop.app import build_polling, connected
 from examples.stars_shop.models import Account, Product
 from telegram_idem.testing import DEFAULT_TOKEN, FakeBotAPI, Fault, UpdateFactory
 
@@ -91,7 +93,12 @@ async def scenario(db: Path, check: Checks) -> None:
                 product.stock = 0
             fine = updates.pre_checkout_query(payload="sku:credits10", total_amount=50)
             gone = updates.pre_checkout_query(payload="sku:credits50", total_amount=200)
-            await feed(fine, gone)
+            # Through the shop's real ingress: answered as soon as getUpdates returns them.
+            polling = build_polling(bot, dp, shop)
+            for query in (fine, gone):
+                api.queue_update(query)
+            await polling.ingress.poll_once()
+            await polling.answers.settle()
             [yes] = api.payments.answered(fine["pre_checkout_query"]["id"])
             [no] = api.payments.answered(gone["pre_checkout_query"]["id"])
             check(yes.ok and (yes.after or 0) < 2, f"in stock: ok, after {yes.after or 0:.2f} s")

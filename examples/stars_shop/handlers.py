@@ -3,9 +3,10 @@
 1. ``/shop`` shows the catalogue; ``/buy [sku]`` or a tap on "Buy" sends an **invoice**
    (an ``@idempotent`` action: a re-delivered ``/buy`` or a double tap sends one invoice).
 2. Telegram asks the bot to confirm the order: the **pre-checkout query** must be answered
-   within 10 seconds. :class:`PreCheckoutFirst` answers it in front of the update guard
-   (an answer may repeat harmlessly; a store that is slow or locked must not delay it),
-   with a stock check that has its own time budget.
+   within 10 seconds. :class:`PreCheckoutAnswers` answers it at ingress, as soon as
+   ``getUpdates`` returns it and before its batch is admitted to the inbox (an answer may
+   repeat harmlessly; the inbox's queue or a locked store must not delay it), with a stock
+   check that has its own time budget.
 3. Telegram charges the buyer and sends ``successful_payment``. :func:`credit` runs once
    per ``telegram_payment_charge_id`` (never per invoice payload: an old invoice can be
    paid again), inside ``idem.transaction(session)``: the purchase, the new balance, the
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiogram import BaseMiddleware, Bot, F, Router
+from aiogram import Bot, F, Router
 from aiogram.exceptions import (
     TelegramBadRequest,
     TelegramNetworkError,
@@ -39,8 +40,6 @@ from aiogram.types import (
     InlineKeyboardMarkup,
     Message,
     PreCheckoutQuery,
-    TelegramObject,
-    Update,
 )
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -58,7 +57,7 @@ from telegram_idem import (
 __all__ = [
     "BUSY",
     "SOLD_OUT",
-    "PreCheckoutFirst",
+    "PreCheckoutAnswers",
     "build_router",
     "credit",
     "receipt_text",
@@ -158,28 +157,69 @@ async def send_invoice(shop: Shop, chat_id: int, sku: str) -> None:
 # --------------------------------------------------------------------- 2. pre-checkout
 
 
-class PreCheckoutFirst(BaseMiddleware):
-    """Answer ``pre_checkout_query`` updates before the update guard sees them.
+GetUpdates = Callable[[int | None, int, float], Awaitable[list[dict[str, Any]]]]
+"""``(offset, limit, timeout_seconds) -> updates``, one ``getUpdates`` call (Bot API dicts)."""
 
-    Register it on ``dp.update`` *before* the guard. Telegram drops the payment if the
-    answer is later than 10 s; answering twice is harmless (the charge happens once,
-    after the first ``ok``), so this answer needs no idempotency record, and no store
-    round trip, lock or slow claim can delay it. Every other update passes through.
+
+class PreCheckoutAnswers:
+    """``getUpdates`` that answers each ``pre_checkout_query`` the moment it is fetched.
+
+    Give it to ``PollingIngress`` in place of ``aiogram_get_updates(bot)``. Each batch is
+    returned unchanged (the queries are admitted to the inbox like any update, and the
+    dispatcher has no handler for them), but every pre-checkout query in it is first
+    handed to a task of its own that checks the stock and answers. So the answer never
+    waits for the batch's admission, the inbox worker's queue or a locked store: only
+    for the stock check's budget. Telegram drops the payment if the answer is later than
+    10 s; answering twice is harmless (the charge happens once, after the first ``ok``),
+    so no idempotency record is needed. A query fetched again (its batch was not
+    admitted, so the offset did not move) is not answered again by this process, unless
+    its first answer failed.
+
+    Args:
+        get_updates: the real call, e.g. ``aiogram_get_updates(bot)``.
+        bot: the bot that answers.
+        shop: the shop whose stock is checked.
     """
 
-    def __init__(self, shop: Shop) -> None:
-        self.shop = shop
+    REMEMBERED = 1000
+    """Query ids kept to recognise a re-fetched query."""
 
-    async def __call__(
-        self,
-        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
-        event: TelegramObject,
-        data: dict[str, Any],
-    ) -> Any:
-        if not isinstance(event, Update) or event.pre_checkout_query is None:
-            return await handler(event, data)
-        await answer_pre_checkout(event.pre_checkout_query, data["bot"], self.shop)
-        return None
+    def __init__(self, get_updates: GetUpdates, bot: Bot, shop: Shop) -> None:
+        self.get_updates = get_updates
+        self.bot = bot
+        self.shop = shop
+        self._seen: dict[str, None] = {}  # insertion-ordered: the oldest is dropped first
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:
+        batch = await self.get_updates(offset, limit, wait)
+        for item in batch:
+            raw = item.get("pre_checkout_query") if isinstance(item, dict) else None
+            if not isinstance(raw, dict) or str(raw.get("id")) in self._seen:
+                continue
+            self._seen[str(raw.get("id"))] = None
+            if len(self._seen) > self.REMEMBERED:
+                del self._seen[next(iter(self._seen))]
+            task = asyncio.create_task(self._answer(raw))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return batch
+
+    async def _answer(self, raw: dict[str, Any]) -> None:
+        try:
+            query = PreCheckoutQuery.model_validate(raw, context={"bot": self.bot})
+            await answer_pre_checkout(query, self.bot, self.shop)
+        except Exception:  # a task of its own: nobody else would see the error
+            log.exception("pre-checkout %s not answered", raw.get("id"))
+            self._seen.pop(str(raw.get("id")), None)  # fetched again, it is tried again
+
+    async def settle(self, limit: float = 10.0) -> None:
+        """Wait up to ``limit`` seconds for the answers in flight (at shutdown, or in a
+        test); the ones still running then are cancelled."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=limit)
+            for task in pending:
+                task.cancel()
 
 
 async def answer_pre_checkout(query: PreCheckoutQuery, bot: Bot, shop: Shop) -> None:

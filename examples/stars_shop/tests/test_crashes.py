@@ -1,8 +1,13 @@
-"""The shop as real processes (``python -m examples.stars_shop`` on long polling against
-a local Bot API): killed with SIGKILL at random moments while payments arrive, and two
-processes polling at once. However the crashes fall, every charge is credited once, and
-its receipt is sent at most once (a receipt whose send a crash interrupted is *unknown*,
-held for the operator, never sent twice)."""
+"""The shop as real processes (``python -m examples.stars_shop`` polling a local Bot API
+into its inbox): killed with SIGKILL at random moments while payments arrive, killed
+while a payment's credit waits on a locked database, and two processes polling at once.
+However the crashes fall, every charge is credited once, and its receipt is sent at most
+once (a receipt whose send a crash interrupted is *unknown*, held for the operator,
+never sent twice).
+
+Telegram is played honestly: one ``FakeBotAPI`` lives across the restarts, and an update
+is sent again only while no ``getUpdates`` offset has confirmed it (the fake's
+``pending_updates``). Nothing is re-queued by the test after a crash."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import asyncio
 import os
 import random
 import signal
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +80,8 @@ def receipts_for(api: FakeBotAPI, chat: int, charge: str) -> int:
 
 async def finish(api: FakeBotAPI, tmp_path: Path, db: Path, charges: list[str], chat: int) -> None:
     """A last, uninterrupted run: Telegram re-delivers what was never confirmed, the
-    relay sends what is left, and every charge ends up credited."""
+    worker runs what the inbox holds, the relay sends what is left, and every charge
+    ends up credited."""
 
     def all_credited() -> bool:
         return set(ledger(db)[0]) == set(charges)
@@ -100,19 +108,20 @@ async def test_kill_9_at_random_moments_never_credits_or_receipts_twice(tmp_path
     charges = [f"stxKill{n}" for n in range(6)]
     chat = updates.chat["id"]
     db = tmp_path / "shop.db"
-    delivered = payments(updates, charges)
     async with FakeBotAPI(long_poll_cap=0.2) as api:
         for round_ in range(3):
             workdir = tmp_path / f"run{round_}"
             workdir.mkdir()
             async with run_example("stars_shop", env=env_for(api, db), workdir=workdir) as bot:
                 await bot.until(lambda: "Start polling" in bot.output(), what="polling")
-                for update in delivered:  # Telegram re-sends whatever was not confirmed
-                    api.queue_update(update)
+                if round_ == 0:  # sent once; the fake re-sends only what was not confirmed
+                    for update in payments(updates, charges):
+                        api.queue_update(update)
                 await asyncio.sleep(rng.uniform(0.05, 1.0))
                 os.kill(bot.proc.pid, signal.SIGKILL)
                 await bot.proc.wait()
         await finish(api, tmp_path, db, charges, chat)
+        assert api.pending_updates == [], f"seed {seed}"
         bought, balances = ledger(db)
         assert bought == {c: 1 for c in charges}, f"seed {seed}"
         assert balances == {updates.user["id"]: 10 * len(charges)}, f"seed {seed}"
@@ -201,3 +210,129 @@ async def test_kill_9_while_telegram_refunds_leaves_the_refund_unknown_not_repea
     assert "refund:stxKillRefund" in listing and "refundStarPayment" in listing
     _, balances = ledger(db)
     assert balances == {updates.user["id"]: 10}  # not guessed: settled by the operator
+
+
+def credited(db: Path, charge: str) -> int:
+    """Purchases of ``charge``, read without waiting for a writer (WAL: readers never
+    wait)."""
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM shop_purchases WHERE charge_id = ?", (charge,)
+        ).fetchone()
+    return int(row[0])
+
+
+async def inbox_depth(db: Path) -> int:
+    idem = Idem(f"sqlite:///{db}")
+    try:
+        return await idem.store.inbox().depth()
+    finally:
+        await idem.close()
+
+
+async def restart_until_credited(
+    api: FakeBotAPI, workdir: Path, db: Path, charge: str, chat: int
+) -> None:
+    async with run_example("stars_shop", env=env_for(api, db), workdir=workdir) as bot:
+        await bot.until(lambda: credited(db, charge) > 0, what=f"{charge} credited")
+        await bot.until(lambda: receipts_for(api, chat, charge) > 0, what="the receipt")
+        await asyncio.sleep(0.5)  # time for a second credit or receipt to show
+        await bot.stop()
+
+
+async def test_a_payment_fetched_while_the_database_is_locked_is_not_confirmed_and_survives_kill_9(
+    tmp_path: Path,
+) -> None:
+    """The trial's order: the write lock is held, the payment arrives, the shop is
+    killed. Nothing durable could own the update, so the offset never passed it:
+    Telegram still holds it, and the restarted shop credits it once."""
+    updates = UpdateFactory()
+    chat = updates.chat["id"]
+    db = tmp_path / "shop.db"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    payment = updates.successful_payment(charge_id="stxW1", payload="sku:credits10")
+    async with FakeBotAPI(long_poll_cap=0.2) as api:
+        async with run_example("stars_shop", env=env_for(api, db), workdir=tmp_path / "a") as bot:
+            await bot.until(lambda: "Start polling" in bot.output(), what="polling")
+            other = sqlite3.connect(db, isolation_level=None, timeout=10)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # another writer holds the file
+                api.queue_update(payment)
+                await bot.until(
+                    lambda: (
+                        bool(api.calls_of("getUpdates")) and "batch not admitted" in bot.output()
+                    ),
+                    what="a batch refused by the locked store",
+                    limit=15,
+                )
+                assert [u["update_id"] for u in api.pending_updates] == [payment["update_id"]]
+                os.kill(bot.proc.pid, signal.SIGKILL)
+                await bot.proc.wait()
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+        assert credited(db, "stxW1") == 0 and await inbox_depth(db) == 0  # owned by no one
+        await restart_until_credited(api, tmp_path / "b", db, "stxW1", chat)
+        assert api.pending_updates == []
+    bought, balances = ledger(db)
+    assert bought == {"stxW1": 1}
+    assert balances == {updates.user["id"]: 10}
+    assert receipts_for(api, chat, "stxW1") == 1
+
+
+async def test_kill_9_while_the_credit_waits_on_a_locked_database_after_confirmation(
+    tmp_path: Path,
+) -> None:
+    """The trial's scenario: the payment is confirmed to Telegram (no getUpdates will
+    send it again), then another writer locks the database before the credit commits,
+    and the shop is killed while it waits. The inbox owns the update: after restart the
+    buyer is credited exactly once.
+
+    The lock is taken the moment the fake sees the confirming offset, which is a race
+    with the shop's worker; a round the worker wins (the credit committed first) proves
+    nothing and is repeated with the next charge."""
+    updates = UpdateFactory()
+    chat = updates.chat["id"]
+    db = tmp_path / "shop.db"
+    caught: str | None = None
+    async with FakeBotAPI(long_poll_cap=0.2) as api:
+        for attempt in range(8):
+            charge = f"stxW{attempt}"
+            payment = updates.successful_payment(charge_id=charge, payload="sku:credits10")
+            workdir = tmp_path / f"run{attempt}"
+            workdir.mkdir()
+            async with run_example("stars_shop", env=env_for(api, db), workdir=workdir) as bot:
+                await bot.until(lambda: "Start polling" in bot.output(), what="polling")
+                other = sqlite3.connect(db, isolation_level=None, timeout=10)
+                try:
+                    api.queue_update(payment)
+                    deadline = time.monotonic() + 15
+                    while api.pending_updates:  # until an offset confirms it
+                        assert time.monotonic() < deadline, "the payment was never confirmed"
+                        await asyncio.sleep(0)
+                    other.execute("BEGIN IMMEDIATE")  # another writer: the credit waits
+                    if credited(db, charge):  # the worker was faster: no crash window
+                        other.execute("ROLLBACK")
+                        await bot.stop()
+                        continue
+                    await asyncio.sleep(1.0)  # the shop waits on the lock, inside the credit
+                    assert bot.proc.returncode is None
+                    assert credited(db, charge) == 0
+                    os.kill(bot.proc.pid, signal.SIGKILL)
+                    await bot.proc.wait()
+                finally:
+                    if other.in_transaction:
+                        other.execute("ROLLBACK")
+                    other.close()
+            caught = charge
+            break
+        assert caught is not None, "the worker committed every credit before the lock"
+        assert api.pending_updates == []  # Telegram will not send it again
+        assert credited(db, caught) == 0 and await inbox_depth(db) == 1  # the inbox owns it
+        (tmp_path / "restart").mkdir()
+        await restart_until_credited(api, tmp_path / "restart", db, caught, chat)
+    bought, balances = ledger(db)
+    assert bought[caught] == 1 and set(bought.values()) == {1}
+    assert balances == {updates.user["id"]: 10 * len(bought)}
+    assert receipts_for(api, chat, caught) == 1

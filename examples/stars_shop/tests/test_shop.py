@@ -1,7 +1,8 @@
 """The shop in one process, as a bot author tests it: the plugin's ``fake_bot_api`` and
 ``update_factory``, a real aiogram ``Dispatcher`` fed the updates Telegram would send
 (the same update again, a second update for one charge, a double tap), and the shop's
-own SQLite file holding its tables and the guard's records."""
+own SQLite file holding its tables and the guard's records. Pre-checkout queries take
+the real ingress (``PollingIngress`` fetching from the fake), where they are answered."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from aiogram import Bot, Dispatcher
 from sqlalchemy import func, select
 
 from examples.stars_shop import handlers
-from examples.stars_shop.app import connected
+from examples.stars_shop.app import ERROR_DELAY_MAX, Polling, build_polling, connected
 from examples.stars_shop.handlers import BUSY, SOLD_OUT, credit, invoice_for_tap
 from examples.stars_shop.models import Account, Product, Purchase
 from examples.stars_shop.shop import Shop
@@ -41,10 +42,19 @@ class Running:
     dp: Dispatcher
     shop: Shop
     db: Path
+    polling: Polling
 
     async def feed(self, update: dict[str, Any]) -> Any:
         self.api.learn_update(update)  # as Telegram would know the query or the charge
         return await self.dp.feed_raw_update(self.bot, update)
+
+    async def poll(self, *updates: dict[str, Any]) -> None:
+        """Telegram queues ``updates``; one poll fetches them (pre-checkout queries are
+        answered then) and admits them to the inbox."""
+        for update in updates:
+            self.api.queue_update(update)
+        await self.polling.ingress.poll_once()
+        await self.polling.answers.settle()
 
     async def balance(self, user_id: int) -> int:
         async with self.shop.db() as session:
@@ -72,7 +82,9 @@ async def running(fake_bot_api: FakeBotAPI, tmp_path: Path) -> AsyncIterator[Run
         dp,
         shop,
     ):
-        yield Running(fake_bot_api, bot, dp, shop, db)
+        polling = build_polling(bot, dp, shop, lease=5.0)
+        polling.ingress.poll_timeout = 0.2  # a poll with nothing queued returns soon
+        yield Running(fake_bot_api, bot, dp, shop, db, polling)
 
 
 def paid(
@@ -112,7 +124,7 @@ async def test_a_double_tap_on_buy_sends_one_invoice_and_answers_both_taps(
 # --------------------------------------------------------------------- pre-checkout
 
 
-async def test_the_pre_checkout_query_is_answered_and_refused_when_sold_out(
+async def test_the_pre_checkout_query_is_answered_at_ingress_and_refused_when_sold_out(
     running: Running, update_factory: UpdateFactory
 ) -> None:
     async with running.shop.db() as session, session.begin():
@@ -121,29 +133,81 @@ async def test_the_pre_checkout_query_is_answered_and_refused_when_sold_out(
         product.stock = 0
     fine = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
     gone = update_factory.pre_checkout_query(payload="sku:credits50", total_amount=200)
-    await running.feed(fine)
-    await running.feed(gone)
+    await running.poll(fine, gone)
     [yes] = running.api.payments.answered(fine["pre_checkout_query"]["id"])
     [no] = running.api.payments.answered(gone["pre_checkout_query"]["id"])
     assert (yes.ok, no.ok, no.error_message) == (True, False, SOLD_OUT)
+    # Admitted like any update; the worker runs them through the dispatcher, which has
+    # nothing more to say: still one answer each.
+    inbox = running.shop.idem.store.inbox()
+    assert await inbox.depth() == 2
+    async with running.polling.worker:
+        for _ in range(200):
+            if await inbox.depth() == 0:
+                break
+            await asyncio.sleep(0.02)
+    assert await inbox.depth() == 0 and await inbox.dead_letters() == []
+    assert len(running.api.payments.answered(fine["pre_checkout_query"]["id"])) == 1
+    assert len(running.api.payments.answered(gone["pre_checkout_query"]["id"])) == 1
 
 
-async def test_the_pre_checkout_answer_never_waits_for_a_locked_store(
+async def test_the_pre_checkout_answer_never_waits_for_the_admission_to_a_locked_store(
     running: Running, update_factory: UpdateFactory
 ) -> None:
     await running.feed(update_factory.command("/balance"))  # the store is set up and in use
     query = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
-    # Another writer holds the database file: every store write (an update claim) waits.
+    qid = query["pre_checkout_query"]["id"]
+    running.api.queue_update(query)
+    # Another writer holds the database file: the batch's admission waits for it.
     with sqlite3.connect(running.db, isolation_level=None) as other:
         other.execute("BEGIN IMMEDIATE")
         try:
-            started = time.monotonic()
-            await asyncio.wait_for(running.feed(query), timeout=5)
-            took = time.monotonic() - started
+            polled = asyncio.ensure_future(running.polling.ingress.poll_once())
+            await until(lambda: bool(running.api.payments.answered(qid)), "the answer", 2)
+            assert not polled.done()  # still admitting: the answer did not wait for it
         finally:
             other.execute("ROLLBACK")
-    [answer] = running.api.payments.answered(query["pre_checkout_query"]["id"])
-    assert answer.ok and took < 2, f"answered {answer.ok} after {took:.2f} s"
+    await polled  # admitted once the lock is gone
+    [answer] = running.api.payments.answered(qid)
+    assert answer.ok and (answer.after or 0) < 2, f"answered {answer.ok} after {answer.after}"
+    assert running.api.pending_updates == [query]  # confirmed only by the next poll
+
+
+async def test_pre_checkout_queries_keep_being_answered_while_the_store_stays_locked(
+    running: Running, update_factory: UpdateFactory
+) -> None:
+    """Each refused batch is fetched again within ERROR_DELAY_MAX (1 s) of the store's
+    busy timeout (5 s): a query sent while a batch waits for the lock is answered in
+    under 10 s, and never twice."""
+    await running.feed(update_factory.command("/balance"))
+    first = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
+    later = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
+    stop = asyncio.Event()
+    with sqlite3.connect(running.db, isolation_level=None) as other:
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            polling = asyncio.ensure_future(running.polling.ingress.run(stop))
+            running.api.queue_update(first)
+            await until(
+                lambda: bool(running.api.payments.answered(first["pre_checkout_query"]["id"])),
+                "the first answer",
+                2,
+            )
+            await asyncio.sleep(0.3)  # the first batch now waits for the lock
+            running.api.queue_update(later)
+            await until(
+                lambda: bool(running.api.payments.answered(later["pre_checkout_query"]["id"])),
+                "the later answer",
+                10,
+            )
+        finally:
+            other.execute("ROLLBACK")
+            stop.set()
+    await polling
+    [one] = running.api.payments.answered(first["pre_checkout_query"]["id"])
+    [two] = running.api.payments.answered(later["pre_checkout_query"]["id"])
+    assert one.ok and two.ok
+    assert (two.after or 0) < 5.0 + ERROR_DELAY_MAX + 1, f"answered after {two.after} s"
 
 
 # --------------------------------------------------------------------- the credit
@@ -304,7 +368,7 @@ async def test_a_stock_check_past_its_budget_is_answered_busy_in_time(
     monkeypatch.setattr(handlers, "order_problem", stuck)
     monkeypatch.setattr(handlers, "STOCK_CHECK_BUDGET", 0.2)
     query = update_factory.pre_checkout_query(payload="sku:credits10", total_amount=50)
-    await asyncio.wait_for(running.feed(query), timeout=2)
+    await asyncio.wait_for(running.poll(query), timeout=2)
     [answer] = running.api.payments.answered(query["pre_checkout_query"]["id"])
     assert (answer.ok, answer.error_message) == (False, BUSY)  # no charge: the buyer retries
 
