@@ -200,6 +200,9 @@ class ActionContext:
         expires_at: seconds since the epoch (store clock) when the record was to expire
             as claimed (``inf`` when unknown); its steps' records are kept no longer.
         claimed_at: seconds since the epoch (store clock) of the claim.
+        kept: seconds its record is kept once it completes (a ``window=`` action's
+            window; ``inf`` when unknown); its steps' completed records are kept no
+            longer, so a later window's run never replays them, on any store.
         claimed_mono: ``time.monotonic()`` at the claim (to estimate the store's time
             later without a round trip).
         attempt: the record's ``attempts`` at the claim (1 the first time).
@@ -218,6 +221,7 @@ class ActionContext:
     attempt: int = 1
     once: Literal["at_least", "at_most"] = "at_least"
     name: str = ""
+    kept: float = math.inf
     _effect: EffectContext | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -343,6 +347,7 @@ class bind_action:
         attempt: int = 1,
         once: Literal["at_least", "at_most"] = "at_least",
         name: str = "",
+        kept: float = math.inf,
     ) -> None:
         self._ctx = ActionContext(
             key,
@@ -356,6 +361,7 @@ class bind_action:
             attempt,
             once,
             name,
+            kept,
         )
 
     @classmethod
@@ -367,12 +373,14 @@ class bind_action:
         lease: float,
         once: Literal["at_least", "at_most"] = "at_least",
         name: str = "",
+        kept: float = math.inf,
     ) -> bind_action:
         """The binding of the run that just acquired ``record`` (its claim's record)
         with a lease of ``lease`` seconds: its key and token, the run's epoch
         (``fencing_token - attempts``), the record's expiry and the store's time at the
-        claim (``lease_expires_at - lease``), so its steps' keys carry the run and their
-        records are kept no longer than this one. Every guard that runs a claimed key
+        claim (``lease_expires_at - lease``), and ``kept`` (seconds its completed record
+        will be kept), so its steps' keys carry the run and their records are kept no
+        longer than this one. Every guard that runs a claimed key
         (the store's, or a joined transaction's) binds it this way."""
         return cls(
             record.key,
@@ -384,6 +392,7 @@ class bind_action:
             attempt=record.attempts,
             once=once,
             name=name,
+            kept=kept,
         )
 
     def __enter__(self) -> ActionContext:

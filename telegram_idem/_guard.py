@@ -421,6 +421,7 @@ class Idem:
         if parent is not None:
             # A step's record never outlives its action's (its key carries the run too).
             retention = kept = _capped(kept, lease, parent.retention_left())
+            kept = min(kept, parent.kept)  # and never past its action's window
         joined = bound_transaction()
         if joined is not None and joined.store is self.store:
             if policy.at_most:
@@ -471,7 +472,8 @@ class Idem:
                 if parent is not None:
                     # The store's time at the claim is exact: cap the completion by it.
                     claimed_at = claim.record.lease_expires_at - lease
-                    kept = _capped(kept, lease, parent.retention_left(claimed_at))
+                    left = parent.retention_left(claimed_at)
+                    kept = min(_capped(kept, lease, left), parent.kept)
                 return await self._run_acquired(
                     claim, fn, policy, lease, kept, handler=handler, boundary=boundary
                 )
@@ -503,7 +505,7 @@ class Idem:
         key, token = record.key, claim.token
 
         binding = bind_action.of_record(
-            record, self, lease=lease, once=policy.once, name=handler or ""
+            record, self, lease=lease, once=policy.once, name=handler or "", kept=retention
         )
         if policy.at_most:
             return await run_at_most(

@@ -199,13 +199,16 @@ def render_key(source: KeySource, update: Mapping[str, Any], *, bot_id: int | No
     return key
 
 
-_SUBKEY = re.compile(r":(?=(?:s|o|r\d+:s):)")
+_SUBKEY = re.compile(r":(?=(?:s|o|h)(?::|$)|r\d+(?::s:|$))")
+"""A ``:`` that starts, or would start once a step's ``:s:<name>`` is appended, a key
+inside an action (``:s:``, ``:o:``, ``:r<n>:s:``) or a bounded key's ``:h:`` part."""
 
 
 def escape_action(name: str) -> str:
-    """``name`` unless it holds a backslash or a sub-key separator (``:s:``,
-    ``:o:``, ``:r<n>:s:``); then backslashes doubled and a backslash put after each
-    such ``:``. Injective (distinct names give distinct results); never raises."""
+    """``name`` unless it holds a backslash or a sub-key separator (``:s:``, ``:o:``,
+    ``:h:``, ``:r<n>:s:``, or one of them cut off at the end: ``…:r3``, ``…:s``); then
+    backslashes doubled and a backslash put after each such ``:``. Injective (distinct
+    names give distinct results); never raises."""
     if "\\" not in name and not _SUBKEY.search(name):
         return name
     return _SUBKEY.sub(":\\\\", name.replace("\\", "\\\\"))

@@ -29,17 +29,17 @@ transaction holds the key's row.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from telegram_idem._context import bind_action, bound_update
+from telegram_idem._context import bind_action, bound_update, current_action
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
+from telegram_idem._keys import bounded_key
 from telegram_idem._records import Outcome
 from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
 from telegram_idem.backends import joined_of
@@ -95,38 +95,43 @@ async def transaction(idem: Idem, conn: object) -> AsyncIterator[JoinedTransacti
 _joinable: weakref.WeakSet[object] = weakref.WeakSet()
 """The stores :func:`~telegram_idem.backends.joined_of` accepted once."""
 
-_IDLE: Any = object()
-_running: dict[int, asyncio.Task[Any] | None] = {}
-"""``id(joined transaction)`` → the task whose joined run is on its connection now."""
+_running: dict[int, list[str]] = {}
+"""``id(joined transaction)`` → the keys of the runs on its connection now, outermost
+first (a nested step's run above its action's)."""
 
 
 @contextlib.contextmanager
 def _one_at_a_time(joined: JoinedTransaction, key: str) -> Iterator[None]:
-    """Let runs share one joined connection only one after another (a step nested in
-    a run is in the run's task and passes): a second task's run while another's is on
-    the connection would interleave statements on it, which asyncpg refuses with a raw
-    ``InterfaceError`` and SQLite serialises into a half-done transaction.
+    """Let runs use one joined connection one at a time: a run may start when none is
+    on the connection, or nested in the innermost one (a step of the running action,
+    also from a task it awaits: ``asyncio.wait_for``, ``shield`` or a one-step
+    ``gather``, whose context carries the action). Two runs side by side (a ``gather``
+    of actions, or of two steps of one action) would interleave statements on the one
+    connection, which asyncpg refuses with a raw ``InterfaceError`` and SQLite would
+    serialise into a half-done transaction.
 
     Raises:
-        ConfigurationError: another task's joined run is on the connection now.
+        ConfigurationError: another run is on the connection now, and this one is not
+            nested in it.
     """
-    task = asyncio.current_task()
     slot = id(joined)
-    owner = _running.get(slot, _IDLE)
-    if owner is not _IDLE and owner is not task:
+    key = bounded_key(key)  # as the record's key, which the action's context carries
+    stack = _running.setdefault(slot, [])
+    parent = current_action()
+    if stack and (parent is None or parent.key != stack[-1]):
         raise ConfigurationError(
-            f"{key}: another task is running an action on this joined transaction's "
-            "connection (asyncio.gather inside idem.transaction?): one connection runs one "
-            "statement at a time, so run the actions of one transaction one after another"
+            f"{key}: another action or step ({stack[-1]}) is running on this joined "
+            "transaction's connection (asyncio.gather inside idem.transaction?): one "
+            "connection runs one statement at a time, so run the actions and steps of one "
+            "transaction one after another"
         )
-    if owner is task:
-        yield
-        return
-    _running[slot] = task
+    stack.append(key)
     try:
         yield
     finally:
-        del _running[slot]
+        stack.remove(key)
+        if not stack:
+            _running.pop(slot, None)
 
 
 def _first_join(store: object, conn: object) -> JoinedRecords:
@@ -226,7 +231,9 @@ async def _run_joined(
         )
     token = claim.token
     try:
-        with bind_action.of_record(claim.record, idem, lease=lease, name=handler or ""):
+        with bind_action.of_record(
+            claim.record, idem, lease=lease, name=handler or "", kept=kept or retention
+        ):
             value = await fn()
     except Exception as exc:
         await _settle_failure(records, key, token, exc, on_error, retention)

@@ -212,3 +212,23 @@ async def test_an_unknown_at_most_step_stops_every_later_run_of_its_action(
     await idem.resolve(idem.keys.step(KEY, "charge"), result="charged")
     assert await idem.run(KEY, action, window=window) == "charged"
     assert len(sent) == 1
+
+
+async def test_a_window_actions_steps_are_kept_no_longer_than_its_window(
+    idem: Idem, clock: ManualClock
+) -> None:
+    """On a store that drops expired records (Redis: the run's epoch is then always 0),
+    only the step's own expiry keeps a later window's run from replaying it: a step's
+    completed record is kept no longer than its action's window (second trial)."""
+    grants = Grants()
+
+    async def action() -> int:
+        return await idem.step("grant", grants)
+
+    assert await idem.run(KEY, action, window=2.0) == 1
+    step = await idem.store.get(idem.keys.step(KEY, "grant"))
+    parent = await idem.store.get(KEY)
+    assert step is not None and parent is not None
+    assert step.expires_at <= parent.expires_at
+    clock.advance(2.5)
+    assert await idem.store.get(idem.keys.step(KEY, "grant")) is None  # gone with the window

@@ -4,6 +4,9 @@ their servers are given), with two store objects where the store shares records.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 import pytest
 from services import StoreFactory
 
@@ -80,3 +83,31 @@ async def test_a_late_holder_loses_to_the_resolver(
     assert ran == [1]
     record = await a.store.get(KEY)
     assert record is not None and record.status is Status.COMPLETED
+
+
+@pytest.mark.redis
+async def test_a_window_action_on_redis_runs_its_steps_again_in_each_window(
+    redis_url_factory: Callable[[], str],
+) -> None:
+    """Redis deletes expired records, so every run of a ``window=`` action has epoch 0
+    and its steps keep one key: only their own expiry (no longer than the window) keeps
+    a later window from replaying the first one's step (second fresh-user trial)."""
+    idem = Idem(redis_url_factory(), heartbeat=False, lease=5.0)
+    runs = 0
+
+    async def count() -> int:
+        nonlocal runs
+        runs += 1
+        return runs
+
+    async def action() -> int:
+        return await idem.step("s", count)
+
+    try:
+        seen = []
+        for _ in range(3):
+            seen.append(await idem.run(KEY, action, window=1.0))
+            await asyncio.sleep(1.5)
+        assert seen == [1, 2, 3]
+    finally:
+        await idem.close()

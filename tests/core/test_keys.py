@@ -443,3 +443,19 @@ async def test_an_action_name_cannot_spell_another_actions_step() -> None:
 def test_escaped_action_names_stay_distinct(names: list[str]) -> None:
     a, b = (escape_action(n) for n in names)
     assert a != b
+
+
+def test_a_name_cut_before_a_run_or_step_separator_is_escaped_too() -> None:
+    """``pay`` + ``7:r3`` + a step's ``:s:charge`` must not spell action ``pay7``'s step
+    in its run 3, and a name spelling a long key's bounded form must not share its key
+    (second fresh-user trial)."""
+    keys = KeyBuilder()
+    victim_step = keys.step(keys.action(1, "pay7"), "charge", 3)
+    assert keys.step(keys.action(1, "pay7:r3"), "charge") != victim_step
+    assert keys.step(keys.action(1, "pay7:s"), "charge") != keys.step(
+        keys.action(1, "pay7"), "s:charge"
+    )
+    long = "pay" + "A" * 1500
+    bounded = keys.action(1, long)
+    assert ":h:" in bounded
+    assert keys.action(1, bounded[len("idem:1:a:") :]) != bounded

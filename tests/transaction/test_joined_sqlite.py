@@ -447,3 +447,44 @@ async def test_gathered_actions_on_one_joined_connection_are_refused_clearly(
     assert isinstance(outcomes[1], ConfigurationError)
     assert "one after another" in str(outcomes[1])
     assert orders(path) == [21] and await idem.store.get("order:22") is None
+
+
+async def test_a_step_awaited_through_a_task_of_its_action_still_joins(
+    tx: Tx, shop: tuple[Idem, str]
+) -> None:
+    """``asyncio.wait_for``, ``shield`` and a one-step ``gather`` run the step in a task
+    of their own while the action waits: nested, not side by side, so it joins."""
+    idem, _ = shop
+
+    async def action() -> list[str]:
+        a = await asyncio.wait_for(idem.step("a", lambda: asyncio.sleep(0, "a")), 5)
+        b = await asyncio.shield(idem.step("b", lambda: asyncio.sleep(0, "b")))
+        (c,) = await asyncio.gather(idem.step("c", lambda: asyncio.sleep(0, "c")))
+        return [a, b, c]
+
+    async with tx.begin():
+        async with idem.transaction(tx.conn):
+            assert await idem.run("order:31", action) == ["a", "b", "c"]
+    for name in "abc":
+        step = await idem.store.get(idem.keys.step("order:31", name))
+        assert step is not None and step.status is Status.COMPLETED
+
+
+async def test_two_steps_of_one_action_side_by_side_are_refused(
+    tx: Tx, shop: tuple[Idem, str]
+) -> None:
+    idem, _ = shop
+
+    async def slow() -> str:
+        await asyncio.sleep(0.05)
+        return "slow"
+
+    async def action() -> list[str]:
+        outcomes = await asyncio.gather(
+            idem.step("a", slow), idem.step("b", slow), return_exceptions=True
+        )
+        return [o if isinstance(o, str) else type(o).__name__ for o in outcomes]
+
+    async with tx.begin():
+        async with idem.transaction(tx.conn):
+            assert await idem.run("order:32", action) == ["slow", "ConfigurationError"]
