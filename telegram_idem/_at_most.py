@@ -23,18 +23,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from telegram_idem._admitted import release_quietly
 from telegram_idem._context import bound_update
 from telegram_idem._effects import EffectPolicy, Meaning, classify
+from telegram_idem._host import EffectHost
 from telegram_idem._settled import failure_bytes
 from telegram_idem.errors import LostClaimError, ResultEncodingError, UnknownOutcomeError
 from telegram_idem.events import emit_decision
 from telegram_idem.ledger import Ledger, LedgerEntry, LedgerState
-
-if TYPE_CHECKING:
-    from telegram_idem._guard import Idem
 
 __all__ = ["describe_unknown", "run_at_most", "unknown_error"]
 
@@ -99,7 +97,7 @@ def _detail(exc: BaseException) -> str:
 
 
 async def run_at_most(
-    idem: Idem,
+    idem: EffectHost,
     ledger: Ledger,
     key: str,
     token: int,
@@ -188,7 +186,7 @@ _RUN: Any = _Run()
 
 
 async def _apply_found(
-    idem: Idem,
+    idem: EffectHost,
     ledger: Ledger,
     key: str,
     token: int,
@@ -224,7 +222,7 @@ async def _apply_found(
 
 
 async def _unknown(
-    idem: Idem,
+    idem: EffectHost,
     ledger: Ledger,
     key: str,
     token: int,

@@ -35,9 +35,10 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from telegram_idem._context import bind_action, bound_update, current_action
+from telegram_idem._host import EffectHost
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Outcome
@@ -51,9 +52,6 @@ from telegram_idem.errors import (
     StoreError,
 )
 from telegram_idem.events import emit_decision
-
-if TYPE_CHECKING:
-    from telegram_idem._guard import Idem
 
 __all__ = ["Checked", "run_joined", "transaction"]
 
@@ -74,7 +72,7 @@ class Checked(Protocol):
 
 
 @asynccontextmanager
-async def transaction(idem: Idem, conn: object) -> AsyncIterator[JoinedTransaction]:
+async def transaction(idem: EffectHost, conn: object) -> AsyncIterator[JoinedTransaction]:
     """:meth:`telegram_idem.Idem.transaction` (see the module docstring).
 
     Raises:
@@ -142,7 +140,7 @@ def _first_join(store: object, conn: object) -> JoinedRecords:
 
 
 async def run_joined(
-    idem: Idem,
+    idem: EffectHost,
     joined: JoinedTransaction,
     key: str,
     fn: Callable[[], Awaitable[T]],
@@ -192,7 +190,7 @@ async def run_joined(
 
 
 async def _run_joined(
-    idem: Idem,
+    idem: EffectHost,
     joined: JoinedTransaction,
     key: str,
     fn: Callable[[], Awaitable[T]],
@@ -271,7 +269,3 @@ async def _settle_failure(
             await records.release(key, token)
     except StoreError as error:
         log.debug("%s: not settled in the transaction after a failure: %s", key, error)
-
-
-# The stored failure's shape is the guard's (``_guard._failure``); written here too since
-# the guard imports this module.

@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from telegram_idem._admitted import release_quietly
 from telegram_idem._context import bound_update
+from telegram_idem._host import EffectHost
 from telegram_idem._records import Outcome, Status
 from telegram_idem.backends import has_ledger, has_outbox, ledger_of, outbox_of
 from telegram_idem.errors import ConfigurationError, ResolveError
 from telegram_idem.events import emit_decision
 from telegram_idem.ledger import LedgerEntry, LedgerState
 from telegram_idem.outbox import CallStatus, OutboxEntry
-
-if TYPE_CHECKING:
-    from telegram_idem._guard import Idem
 
 __all__ = ["Unresolved", "kind_of", "oldest_unresolved_age", "resolve", "unresolved"]
 
@@ -103,7 +101,7 @@ def _from_send(entry: OutboxEntry, now: float) -> Unresolved:
     )
 
 
-async def _open(idem: Idem, row: LedgerEntry, now: float) -> bool:
+async def _open(idem: EffectHost, row: LedgerEntry, now: float) -> bool:
     """Whether ``row`` is unresolved; a stale ``STARTED`` row is removed."""
     if row.state is LedgerState.UNKNOWN:
         return True
@@ -116,7 +114,7 @@ async def _open(idem: Idem, row: LedgerEntry, now: float) -> bool:
     return record.lease_expires_at <= now  # a live lease: it is running
 
 
-async def _rows(idem: Idem, prefix: str, limit: int, now: float) -> list[Unresolved]:
+async def _rows(idem: EffectHost, prefix: str, limit: int, now: float) -> list[Unresolved]:
     if not has_ledger(idem.store):
         return []
     ledger = ledger_of(idem.store)
@@ -129,7 +127,7 @@ async def _rows(idem: Idem, prefix: str, limit: int, now: float) -> list[Unresol
         fetch *= 4  # some were skipped (running, or stale): look further
 
 
-async def _sends(idem: Idem, prefix: str, limit: int, now: float) -> list[Unresolved]:
+async def _sends(idem: EffectHost, prefix: str, limit: int, now: float) -> list[Unresolved]:
     if not has_outbox(idem.store):
         return []
     # Outbox.entries has no key prefix: read enough to find ``limit`` under one.
@@ -139,7 +137,7 @@ async def _sends(idem: Idem, prefix: str, limit: int, now: float) -> list[Unreso
     return [_from_send(e, now) for e in entries if e.key.startswith(prefix)][:limit]
 
 
-async def unresolved(idem: Idem, *, prefix: str, limit: int) -> list[Unresolved]:
+async def unresolved(idem: EffectHost, *, prefix: str, limit: int) -> list[Unresolved]:
     """:meth:`telegram_idem.Idem.unresolved`."""
     if limit < 1:
         raise ConfigurationError(f"limit must be ≥ 1, got {limit}")
@@ -149,7 +147,7 @@ async def unresolved(idem: Idem, *, prefix: str, limit: int) -> list[Unresolved]
     return items[:limit]
 
 
-async def oldest_unresolved_age(idem: Idem) -> float | None:
+async def oldest_unresolved_age(idem: EffectHost) -> float | None:
     """:meth:`telegram_idem.Idem.oldest_unresolved_age`."""
     oldest = await unresolved(idem, prefix="", limit=1)
     return oldest[0].age if oldest else None
@@ -167,7 +165,7 @@ def _emit(key: str, token: int | None) -> None:
     )
 
 
-async def resolve(idem: Idem, key: str, *, result: Any, not_applied: bool) -> None:
+async def resolve(idem: EffectHost, key: str, *, result: Any, not_applied: bool) -> None:
     """:meth:`telegram_idem.Idem.resolve` (arguments checked by it)."""
     row = await ledger_of(idem.store).get(key) if has_ledger(idem.store) else None
     if row is None or row.state is LedgerState.SETTLED:
@@ -178,7 +176,7 @@ async def resolve(idem: Idem, key: str, *, result: Any, not_applied: bool) -> No
     await _resolve_row(idem, key, row, result=result, not_applied=not_applied)
 
 
-async def _resolve_send(idem: Idem, key: str, *, result: Any, not_applied: bool) -> bool:
+async def _resolve_send(idem: EffectHost, key: str, *, result: Any, not_applied: bool) -> bool:
     if not has_outbox(idem.store):
         return False
     outbox = outbox_of(idem.store)
@@ -196,7 +194,7 @@ async def _resolve_send(idem: Idem, key: str, *, result: Any, not_applied: bool)
 
 
 async def _resolve_row(
-    idem: Idem, key: str, row: LedgerEntry, *, result: Any, not_applied: bool
+    idem: EffectHost, key: str, row: LedgerEntry, *, result: Any, not_applied: bool
 ) -> None:
     data = None if not_applied else idem.codec.encode(result)  # before anything is written
     ledger = ledger_of(idem.store)

@@ -27,13 +27,14 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 import asyncpg.pool
 
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._foreign import (
     Fetch,
     asyncpg_fetch,
@@ -46,10 +47,23 @@ from telegram_idem.backends.postgres._schema import COLUMNS
 from telegram_idem.backends.postgres._sql import NOW_CTE, now_placeholder
 from telegram_idem.errors import ConfigurationError, StoreError
 
-if TYPE_CHECKING:
-    from telegram_idem.backends.postgres._store import PostgresStore
+__all__ = ["ACCEPTED", "ClaimRounds", "PostgresJoinedRecords", "StoreSide", "new_key_sql"]
 
-__all__ = ["ACCEPTED", "ClaimRounds", "PostgresJoinedRecords", "new_key_sql"]
+
+class StoreSide(Protocol):
+    """What the joined records use of :class:`~telegram_idem.backends.postgres.PostgresStore`
+    (so this module needs nothing of the store's: the store imports it)."""
+
+    @property
+    def connection(self) -> PostgresConnection:
+        """The store's connection (pool, clock, error translation)."""
+        ...
+
+    @property
+    def table(self) -> str:
+        """The records table's name."""
+        ...
+
 
 T = TypeVar("T")
 
@@ -125,7 +139,7 @@ class PostgresJoinedRecords:
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: StoreSide,
         conn: object,
         *,
         sql: Mapping[str, str],

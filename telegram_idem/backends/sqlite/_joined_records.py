@@ -27,12 +27,14 @@ from __future__ import annotations
 import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from telegram_idem import machine
+from telegram_idem._clock import Clock
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._driver import Translate
+from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._enqueue import plain_rows
 from telegram_idem.backends.sqlite._join import (
     Joined,
@@ -47,9 +49,28 @@ from telegram_idem.errors import ConfigurationError
 if TYPE_CHECKING:
     import aiosqlite
 
-    from telegram_idem.backends.sqlite._records import SQLiteStore
+__all__ = ["ACCEPTED", "SQLiteJoinedRecords", "StoreSide", "claim_steps", "update_steps"]
 
-__all__ = ["ACCEPTED", "SQLiteJoinedRecords", "claim_steps", "update_steps"]
+
+class StoreSide(Protocol):
+    """What the joined records use of :class:`~telegram_idem.backends.sqlite.SQLiteStore`
+    (so this module needs nothing of the store's: the store imports it)."""
+
+    @property
+    def connection(self) -> SQLiteConnection:
+        """The store's connection (its thread, transactions and clock)."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """The store's file."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """The store's clock."""
+        ...
+
 
 T = TypeVar("T")
 
@@ -177,7 +198,7 @@ def _unwrap(exc: Exception) -> Exception:
     return orig if isinstance(orig, sqlite3.Error) else exc
 
 
-_set_up: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+_set_up: weakref.WeakSet[StoreSide] = weakref.WeakSet()
 """The stores whose file is set up (their tables exist)."""
 
 
@@ -198,7 +219,7 @@ class SQLiteJoinedRecords:
     """
 
     def __init__(
-        self, store: SQLiteStore, conn: object, checked: Joined, translate: Translate
+        self, store: StoreSide, conn: object, checked: Joined, translate: Translate
     ) -> None:
         self.store = store
         self.conn = conn
