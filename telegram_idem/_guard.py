@@ -48,7 +48,7 @@ from telegram_idem._joined import JoinedTransaction, bound_transaction
 from telegram_idem._keys import KeyBuilder
 from telegram_idem._locks import acquire_lock
 from telegram_idem._records import Claim, Outcome
-from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
+from telegram_idem._settled import SETTLED, emit_claim, failure_bytes, settled_answer
 from telegram_idem._transaction import run_joined, transaction
 from telegram_idem._unresolved import Unresolved, oldest_unresolved_age, resolve, unresolved
 from telegram_idem._updates import ordering_key
@@ -450,24 +450,13 @@ class Idem:
         deadline = time.monotonic() + (wait_timeout if wait_timeout is not None else lease)
         delay = 0.02
         waited = False
-        ctx = bound_update()
-        update, bot_id = (ctx.update, ctx.bot_id) if ctx is not None else (None, None)
         while True:
             started = time.perf_counter()
             claim = await self.store.claim(
                 key, fingerprint=fingerprint, lease=lease, retention=retention
             )
             outcome = claim.outcome
-            emit_decision(
-                boundary=boundary,
-                key=key,
-                decision=outcome.value,
-                update=update,
-                handler=handler,
-                fencing_token=claim.token,
-                elapsed_ms=(time.perf_counter() - started) * 1000,
-                bot_id=bot_id,
-            )
+            emit_claim(claim, boundary=boundary, key=key, handler=handler, started=started)
             if outcome is Outcome.ACQUIRED:
                 if parent is not None:
                     # The store's time at the claim is exact: cap the completion by it.

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+import time
+from typing import Any, Literal
 
 from telegram_idem._codec import ResultCodec
+from telegram_idem._context import bound_update
 from telegram_idem._records import Claim, Outcome, Record
 from telegram_idem.errors import ConflictError, StoredFailureError
+from telegram_idem.events import emit_decision
 
-__all__ = ["SETTLED", "failure_bytes", "settled_answer", "stored_failure"]
+__all__ = ["SETTLED", "emit_claim", "failure_bytes", "settled_answer", "stored_failure"]
 
 SETTLED = frozenset({Outcome.REPLAY, Outcome.FAILED, Outcome.CONFLICT})
 """The outcomes :func:`settled_answer` answers."""
@@ -63,3 +66,27 @@ def settled_answer(claim: Claim, codec: ResultCodec) -> Any:
             record=record,
         )
     raise ValueError(f"{claim.outcome} is not a settled outcome")
+
+
+def emit_claim(
+    claim: Claim,
+    *,
+    boundary: Literal["action", "step"],
+    key: str,
+    handler: str | None,
+    started: float,
+) -> None:
+    """Emit the decision event of one claim of ``key`` (its outcome and fencing token),
+    with the bound update and the claim's latency since ``started``
+    (``time.perf_counter()`` before it). Never raises (the event hooks' own rule)."""
+    ctx = bound_update()
+    emit_decision(
+        boundary=boundary,
+        key=key,
+        decision=claim.outcome.value,
+        update=ctx.update if ctx is not None else None,
+        handler=handler,
+        fencing_token=claim.token,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        bot_id=ctx.bot_id if ctx is not None else None,
+    )

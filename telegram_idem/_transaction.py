@@ -37,12 +37,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Literal, Protocol, TypeVar
 
-from telegram_idem._context import bind_action, bound_update, current_action
+from telegram_idem._context import bind_action, current_action
 from telegram_idem._host import EffectHost
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Outcome
-from telegram_idem._settled import SETTLED, failure_bytes, settled_answer
+from telegram_idem._settled import SETTLED, emit_claim, failure_bytes, settled_answer
 from telegram_idem.backends import joined_of
 from telegram_idem.errors import (
     ConfigurationError,
@@ -51,7 +51,6 @@ from telegram_idem.errors import (
     ResultEncodingError,
     StoreError,
 )
-from telegram_idem.events import emit_decision
 
 __all__ = ["Checked", "run_joined", "transaction"]
 
@@ -204,21 +203,10 @@ async def _run_joined(
     boundary: Literal["action", "step"],
 ) -> T:
     records = joined.records
-    ctx = bound_update()
-    update, bot_id = (ctx.update, ctx.bot_id) if ctx is not None else (None, None)
     started = time.perf_counter()
     claim = await records.claim(key, fingerprint=fingerprint, lease=lease, retention=retention)
     outcome = claim.outcome
-    emit_decision(
-        boundary=boundary,
-        key=key,
-        decision=outcome.value,
-        update=update,
-        handler=handler,
-        fencing_token=claim.token,
-        elapsed_ms=(time.perf_counter() - started) * 1000,
-        bot_id=bot_id,
-    )
+    emit_claim(claim, boundary=boundary, key=key, handler=handler, started=started)
     if outcome in SETTLED:
         return settled_answer(claim, idem.codec)  # type: ignore[no-any-return]
     if outcome is Outcome.IN_PROGRESS:
