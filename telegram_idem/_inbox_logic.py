@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from telegram_idem import machine
 from telegram_idem._records import Outcome, Record
-from telegram_idem.inbox import EntryStatus, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, InboxEntry, InboxStats, NewEntry, UnitBacklog
 
 __all__ = [
     "admitted_record",
@@ -62,7 +62,38 @@ def new_entry(entry: NewEntry, seq: int, now: float) -> InboxEntry:
         token=0,
         available_at=now,
         lease_expires_at=0.0,
+        admitted_at=now,
     )
+
+
+def stats_of(entries: Iterable[InboxEntry], now: float) -> InboxStats:
+    """:meth:`Inbox.stats` over entries held in memory."""
+    counts = dict.fromkeys(EntryStatus, 0)
+    oldest: dict[EntryStatus, float] = {}
+    for e in entries:
+        counts[e.status] += 1
+        if e.status not in oldest or e.admitted_at < oldest[e.status]:
+            oldest[e.status] = e.admitted_at
+    return InboxStats(counts=counts, oldest_admitted_at=oldest, now=now)
+
+
+def backlog_of(entries: Iterable[InboxEntry], limit: int) -> list[UnitBacklog]:
+    """:meth:`Inbox.backlog` over entries held in memory."""
+    units: dict[str, UnitBacklog] = {}
+    for e in entries:
+        if e.status is EntryStatus.DEAD:
+            continue
+        u = units.get(e.ordering_key) or UnitBacklog(e.ordering_key, 0, 0, e.admitted_at)
+        units[e.ordering_key] = UnitBacklog(
+            e.ordering_key,
+            u.pending + (e.status is EntryStatus.PENDING),
+            u.in_flight + (e.status is EntryStatus.IN_FLIGHT),
+            min(u.oldest_admitted_at, e.admitted_at),
+        )
+    ranked = sorted(
+        units.values(), key=lambda u: (-(u.pending + u.in_flight), u.oldest_admitted_at)
+    )
+    return ranked[:limit]
 
 
 def is_takeable(entry: InboxEntry, now: float) -> bool:

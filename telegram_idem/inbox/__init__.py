@@ -6,7 +6,14 @@
   dispatch, retries with backoff, dead-letters after N attempts, per-chat order.
 """
 
-from telegram_idem.inbox._base import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._base import (
+    EntryStatus,
+    Inbox,
+    InboxEntry,
+    InboxStats,
+    NewEntry,
+    UnitBacklog,
+)
 from telegram_idem.inbox._entries import new_entry, rejected_entry
 from telegram_idem.inbox._worker import DEFAULT_PERMANENT_ERRORS, Dispatch, InboxWorker
 
@@ -16,8 +23,10 @@ __all__ = [
     "EntryStatus",
     "Inbox",
     "InboxEntry",
+    "InboxStats",
     "InboxWorker",
     "NewEntry",
+    "UnitBacklog",
     "new_entry",
     "rejected_entry",
 ]

@@ -19,11 +19,11 @@ an entry never exists without its claim. **Workers** take entries with a lease:
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["EntryStatus", "Inbox", "InboxEntry", "NewEntry"]
+__all__ = ["EntryStatus", "Inbox", "InboxEntry", "InboxStats", "NewEntry", "UnitBacklog"]
 
 
 class EntryStatus(StrEnum):
@@ -64,6 +64,8 @@ class InboxEntry:
         available_at: seconds since the epoch when it may be taken (retries wait).
         lease_expires_at: seconds since the epoch when an in-flight lease ends.
         last_error: the last failure, as text.
+        admitted_at: seconds since the epoch (store clock) when it was admitted; ``0.0``
+            for an entry admitted before the store recorded it.
     """
 
     id: str
@@ -76,6 +78,49 @@ class InboxEntry:
     available_at: float
     lease_expires_at: float
     last_error: str | None = None
+    admitted_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class InboxStats:
+    """How many entries are in each status, and how long the oldest of each has waited.
+
+    Attributes:
+        counts: entries per status (every :class:`EntryStatus`, ``0`` where none).
+        oldest_admitted_at: per status that has entries, the ``admitted_at`` (seconds
+            since the epoch, store clock) of its oldest entry; a status with no entries
+            is absent.
+        now: the store's clock when the numbers were read (seconds since the epoch), so
+            ``now - oldest_admitted_at[s]`` is the age of the oldest entry in ``s``.
+    """
+
+    counts: Mapping[EntryStatus, int]
+    oldest_admitted_at: Mapping[EntryStatus, float] = field(default_factory=dict)
+    now: float = 0.0
+
+    def oldest_age(self, status: EntryStatus) -> float:
+        """Seconds the oldest entry in ``status`` has waited since admission (``0.0`` if
+        there is none)."""
+        admitted = self.oldest_admitted_at.get(status)
+        return 0.0 if admitted is None else max(self.now - admitted, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitBacklog:
+    """The live entries of one ordering unit (a chat, a user, or one update).
+
+    Attributes:
+        ordering_key: the unit (``chat:<id>``, ``user:<id>``, or the entry id).
+        pending: its pending entries.
+        in_flight: its in-flight entries (0 or 1: one entry of a unit at a time).
+        oldest_admitted_at: ``admitted_at`` of its oldest live entry (seconds since the
+            epoch, store clock).
+    """
+
+    ordering_key: str
+    pending: int
+    in_flight: int
+    oldest_admitted_at: float
 
 
 class Inbox(abc.ABC):
@@ -150,3 +195,36 @@ class Inbox(abc.ABC):
     @abc.abstractmethod
     async def depth(self) -> int:
         """Live entries (pending and in flight), for metrics and tests."""
+
+    # ------------------------------------------------------------- for operators
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        """The entry ``entry_id`` (an update guard key) in any status, or ``None``."""
+        raise NotImplementedError(f"{type(self).__name__}.get")
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        """Entries oldest (``seq``) first, of ``status`` and of ``ordering_key`` when
+        given, at most ``limit`` (a positive int)."""
+        raise NotImplementedError(f"{type(self).__name__}.entries")
+
+    async def drop(self, entry_id: str) -> bool:
+        """Delete the dead letter ``entry_id`` for good. Its update guard record stays,
+        so a redelivery of that update is still a duplicate. ``False`` if there is no
+        dead letter by that id (a live entry is never dropped)."""
+        raise NotImplementedError(f"{type(self).__name__}.drop")
+
+    async def stats(self) -> InboxStats:
+        """Counts per status and the admission time of each status's oldest entry, read
+        together (one snapshot where the store can)."""
+        raise NotImplementedError(f"{type(self).__name__}.stats")
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        """The ordering units that have live entries, the most entries first (ties: the
+        oldest first), at most ``limit``: "pending per chat"."""
+        raise NotImplementedError(f"{type(self).__name__}.backlog")

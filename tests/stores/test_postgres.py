@@ -285,18 +285,18 @@ def test_cli_migrate_needs_nothing_for_sqlite_and_memory(tmp_path: Path) -> None
         assert "nothing to migrate" in result.output
 
 
-def test_cli_migrate_bad_url_exits_1() -> None:
+def test_cli_migrate_bad_url_exits_4() -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["migrate", with_option(postgres_dsn(), "tabel_prefix=x")])
-    assert result.exit_code == 1
+    assert result.exit_code == 4
     assert "unknown option" in result.output
     result = runner.invoke(cli, ["migrate", "mysql://localhost/db"])
-    assert result.exit_code == 1
+    assert result.exit_code == 4
 
 
-def test_cli_migrate_unreachable_server_exits_1() -> None:
+def test_cli_migrate_unreachable_server_exits_3() -> None:
     result = CliRunner().invoke(cli, ["migrate", "postgresql://postgres@127.0.0.1:1/test"])
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "failed" in result.output
 
 

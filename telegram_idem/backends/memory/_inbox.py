@@ -9,7 +9,8 @@ from dataclasses import replace
 from telegram_idem import _inbox_logic as logic
 from telegram_idem._text import storable_text
 from telegram_idem.backends.memory._state import MemoryRecords
-from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
+from telegram_idem.ledger import check_limit
 
 __all__ = ["MemoryInbox"]
 
@@ -114,3 +115,36 @@ class MemoryInbox(Inbox):
 
     async def depth(self) -> int:
         return sum(1 for e in self._entries.values() if e.status is not EntryStatus.DEAD)
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        return self._entries.get(entry_id)
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        check_limit(limit)
+        chosen = [
+            e
+            for e in self._entries.values()
+            if (status is None or e.status is status)
+            and (ordering_key is None or e.ordering_key == ordering_key)
+        ]
+        return sorted(chosen, key=lambda e: e.seq)[:limit]
+
+    async def drop(self, entry_id: str) -> bool:
+        entry = self._entries.get(entry_id)
+        if entry is None or entry.status is not EntryStatus.DEAD:
+            return False
+        del self._entries[entry_id]
+        return True
+
+    async def stats(self) -> InboxStats:
+        return logic.stats_of(self._entries.values(), self._records.clock())
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        check_limit(limit)
+        return logic.backlog_of(self._entries.values(), limit)

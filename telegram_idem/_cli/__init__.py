@@ -1,0 +1,36 @@
+"""The ``telegram-idem`` command (needs ``pip install 'telegram-idem[cli]'``).
+
+::
+
+    telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem --help                 every command, each with its own --help
+
+Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
+argument) or from ``IDEM_STORE_URL``; ``--json`` prints one JSON document for scripts;
+the exit codes are the same for every command (:mod:`telegram_idem._cli._common`: 0 ok,
+1 a problem found, 2 usage, 3 unreachable, 4 configuration, 130 interrupted). No command
+prints a bot token or a password.
+"""
+
+from __future__ import annotations
+
+import click
+
+from telegram_idem._cli._migrate import migrate
+
+__all__ = ["cli", "main"]
+
+
+@click.group(name="telegram-idem")
+@click.version_option(package_name="telegram-idem", prog_name="telegram-idem")
+def cli() -> None:
+    """Idempotency for Telegram bots: inspect and repair a bot's store, replay updates,
+    manage its webhook."""
+
+
+cli.add_command(migrate)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()

@@ -1,0 +1,223 @@
+"""What every ``telegram-idem`` command shares: the store URL, ``--json``, exit codes,
+output, progress bars, Ctrl-C, and keeping secrets out of what is printed.
+
+Exit codes (the same for every command, so scripts can trust them):
+
+| code | meaning |
+|---|---|
+| 0 | done; the answer is the good one (``check`` found nothing wrong, a key exists…) |
+| 1 | done, and the answer is a problem: ``check`` found one, a key or entry is not there, ``replay`` had failed deliveries, ``unresolved`` listed something |
+| 2 | usage: a missing or bad argument (click's own code) |
+| 3 | the store (or the Bot API, or the webhook) could not be reached or did not answer |
+| 4 | configuration: a bad store URL, a missing driver, or the store lacks what the command needs |
+| 130 | interrupted (Ctrl-C): stopped cleanly, what was done is kept |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from enum import IntEnum
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from telegram_idem.backends import Store, store_from_url
+from telegram_idem.errors import ConfigurationError, StoreError
+
+__all__ = [
+    "STORE_ENV",
+    "Exit",
+    "Output",
+    "as_mapping",
+    "fail",
+    "json_option",
+    "open_store",
+    "progress",
+    "redact_text",
+    "run",
+    "store_argument",
+    "store_option",
+    "table",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+STORE_ENV = "IDEM_STORE_URL"
+"""The environment variable every command reads the store URL from when none is given."""
+
+
+class Exit(IntEnum):
+    """The exit codes of every command (the module docstring's table)."""
+
+    OK = 0
+    PROBLEM = 1
+    USAGE = 2
+    UNREACHABLE = 3
+    CONFIGURATION = 4
+    INTERRUPTED = 130
+
+
+_TOKEN = re.compile(r"\b\d{5,}:[A-Za-z0-9_-]{30,}\b")
+"""A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text)."""
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@/\s]+)(?P<at>@)")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every bot token replaced by ``<token>`` and every URL password by
+    ``***``: the one filter between a command and what it prints."""
+    text = _TOKEN.sub("<token>", text)
+    return _URL_PASSWORD.sub(r"\g<head>***\g<at>", text)
+
+
+def fail(message: str, code: Exit) -> NoReturn:
+    """Print ``error: <message>`` (redacted, one line) on stderr and exit with ``code``."""
+    line = " ".join(redact_text(message).split())
+    click.echo(f"error: {line}", err=True)
+    sys.exit(int(code))
+
+
+def store_option(func: F) -> F:
+    """``--store URL`` (or ``IDEM_STORE_URL``), required, given to the command as
+    ``store_url``."""
+    return click.option(
+        "--store",
+        "store_url",
+        envvar=STORE_ENV,
+        required=True,
+        metavar="URL",
+        help=f"Store URL (default: ${STORE_ENV}), e.g. sqlite:///bot.db, "
+        "postgresql://bot@db/bot, redis://localhost:6379/0.",
+    )(func)
+
+
+def store_argument(func: F) -> F:
+    """A positional ``URL`` (or ``IDEM_STORE_URL``), given to the command as ``store_url``."""
+    return click.argument("store_url", metavar="URL", envvar=STORE_ENV, required=True)(func)
+
+
+def json_option(func: F) -> F:
+    """``--json``: print one JSON document on stdout instead of tables (given as
+    ``as_json``)."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of tables."
+    )(func)
+
+
+@asynccontextmanager
+async def open_store(url: str) -> AsyncIterator[Store]:
+    """The store at ``url``, closed on the way out (also on Ctrl-C).
+
+    Raises:
+        ConfigurationError: a bad URL or a missing driver (exit 4 through :func:`run`).
+    """
+    store = store_from_url(url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run a command's coroutine, turning failures into the exit codes of this module:
+    :class:`~telegram_idem.errors.StoreError` and connection errors → 3,
+    :class:`~telegram_idem.errors.ConfigurationError` → 4, Ctrl-C → 130 (after the
+    coroutine's ``finally`` blocks ran: stores are closed, a batch in flight finishes or
+    rolls back). Every message is redacted."""
+    try:
+        return asyncio.run(_main(main))
+    except KeyboardInterrupt:
+        click.echo("interrupted: stopped; what was done is kept", err=True)
+        sys.exit(int(Exit.INTERRUPTED))
+    except ConfigurationError as exc:
+        fail(str(exc), Exit.CONFIGURATION)
+    except (StoreError, OSError, TimeoutError) as exc:
+        fail(str(exc) or type(exc).__name__, Exit.UNREACHABLE)
+
+
+async def _main(main: Callable[[], Awaitable[T]]) -> T:
+    return await main()
+
+
+class Output:
+    """Where a command's answer goes: a rich table (or lines) for people on stdout, or
+    one JSON document for scripts (``--json``). Notes for people go to stderr, so a
+    script's stdout is the JSON alone."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.console = Console(soft_wrap=True)
+        self.err = Console(stderr=True, soft_wrap=True)
+
+    def json(self, data: object) -> None:
+        """Print ``data`` as JSON (keys in order, non-JSON values as text), redacted."""
+        click.echo(redact_text(json.dumps(data, default=str, ensure_ascii=False, indent=2)))
+
+    def show(self, data: object, render: Callable[[], object]) -> None:
+        """``data`` as JSON with ``--json``, else what ``render()`` returns (a rich
+        renderable or text), printed on stdout."""
+        if self.as_json:
+            self.json(data)
+        else:
+            shown = render()
+            if isinstance(shown, str):
+                shown = redact_text(shown)
+            self.console.print(shown)
+
+    def note(self, text: str) -> None:
+        """A line for people on stderr (never in ``--json`` output)."""
+        self.err.print(redact_text(text), markup=False, highlight=False)
+
+
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+) -> Table:
+    """A rich table of ``rows`` under ``columns``; cells are shown as text, redacted."""
+    out = Table(title=title, title_justify="left")
+    for name in columns:
+        out.add_column(name)
+    for row in rows:
+        out.add_row(*(redact_text("" if cell is None else str(cell)) for cell in row))
+    return out
+
+
+def progress(*, enabled: bool = True) -> Progress:
+    """A progress bar on stderr (``with progress() as bar: task = bar.add_task(...)``);
+    shown only when stderr is a terminal and ``enabled`` (off under ``--json``), so
+    scripts and logs get no escape codes."""
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (enabled and console.is_terminal),
+    )
+
+
+def as_mapping(obj: object) -> Mapping[str, Any]:
+    """A dataclass's fields (or a mapping) as a plain dict for ``--json``."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    slots = getattr(type(obj), "__dataclass_fields__", None)
+    if slots is None:
+        raise TypeError(f"not a dataclass: {type(obj).__name__}")
+    return {name: getattr(obj, name) for name in slots}
