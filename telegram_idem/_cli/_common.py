@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from enum import IntEnum
 from typing import Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
@@ -119,12 +120,23 @@ def json_option(func: F) -> F:
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[Store]:
+async def open_store(url: str, *, allow_memory: bool = False) -> AsyncIterator[Store]:
     """The store at ``url``, closed on the way out (also on Ctrl-C).
 
+    Args:
+        url: the store URL.
+        allow_memory: accept ``memory://`` (a store that lives in one process, so a
+            command run from outside sees an empty one); refused by default.
+
     Raises:
-        ConfigurationError: a bad URL or a missing driver (exit 4 through :func:`run`).
+        ConfigurationError: a bad URL, a missing driver, or ``memory://`` where it is
+            not allowed (exit 4 through :func:`run`).
     """
+    if not allow_memory and urlsplit(url).scheme.lower() == "memory":
+        raise ConfigurationError(
+            "memory:// lives inside one process: a command run from outside sees an empty "
+            "store (give the bot's SQLite, PostgreSQL, Redis or DynamoDB URL)"
+        )
     store = store_from_url(url)
     try:
         yield store
