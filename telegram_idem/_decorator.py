@@ -83,7 +83,11 @@ def idempotent(
             hashed; the same key with a different fingerprint raises ``ConflictError``.
         in_progress: ``"raise"`` | ``"wait"`` | ``"drop"`` (see :meth:`Idem.run`).
         on_error: ``"release"`` (default: a retry runs again) | ``"store"``.
-        lease, retention, wait_timeout: seconds; default the guard's settings.
+        lease: seconds the claim's lease lasts (default the guard's ``lease``).
+        retention: seconds the result is kept for replay (default the guard's
+            ``action_retention``).
+        wait_timeout: seconds ``in_progress="wait"`` waits for another holder (default
+            the lease).
         window: seconds a finished run is replayed (a double-tap window for navigation
             buttons: a repeat within ``window`` seconds after the run finished is a
             replay, a later one runs again); independent of ``lease``. Not together
@@ -94,22 +98,29 @@ def idempotent(
             with an effect ledger). Inside the handler,
             :func:`telegram_idem.effect_context` gives its stable ``idempotency_key``
             and fencing token.
-        not_applied, permanent, ambiguous: exception classes with that meaning (see
+        not_applied: exception classes meaning the handler's work was not applied (see
+            :meth:`telegram_idem.Idem.run`).
+        permanent: exception classes meaning it failed for good (see
+            :meth:`telegram_idem.Idem.run`).
+        ambiguous: exception classes meaning it may or may not have happened (see
             :meth:`telegram_idem.Idem.run`).
 
-    Raises (at call time):
-        ConfigurationError: no update bound (adapter not installed), or ``at_most`` on
-            a store without an effect ledger.
-        KeyTemplateError: the template names a field the update lacks, or the key
-            callable returned anything but a non-empty ``str`` (nothing is stored).
-        ConflictError, InProgressError, StoredFailureError, UnknownOutcomeError,
-            LostClaimError, StoreError: see :meth:`telegram_idem.Idem.run`.
-
-    Raises (at decoration):
-        TypeError: the handler is not an ``async def``.
-        ConfigurationError: ``window`` given with ``retention``, or not > 0; an unknown
-            ``once`` or ``on_error``; an error list holding anything but exception
-            classes, or one class in two lists.
+    Raises:
+        TypeError: at decoration: the handler is not an ``async def``.
+        ConfigurationError: at decoration: ``window`` given with ``retention``, or not
+            > 0; an unknown ``once`` or ``on_error``; an error list holding anything but
+            exception classes, or one class in two lists. At call time: no update bound
+            (adapter not installed), or ``at_most`` on a store without an effect ledger.
+        KeyTemplateError: at call time: the template names a field the update lacks, or
+            the key callable returned anything but a non-empty ``str`` (nothing is
+            stored).
+        ConflictError: at call time: see :meth:`telegram_idem.Idem.run` (as are the
+            next ones).
+        InProgressError: at call time.
+        StoredFailureError: at call time.
+        UnknownOutcomeError: at call time.
+        LostClaimError: at call time.
+        StoreError: at call time.
     """
     if window is not None and (retention is not None or not window > 0):
         raise ConfigurationError(

@@ -373,7 +373,16 @@ class Idem:
                 runs. ``None`` (default): ``retention`` applies.
             once: ``"at_least"`` or ``"at_most"`` (needs a store with an effect ledger:
                 memory, SQLite, PostgreSQL, Redis, DynamoDB).
-            not_applied, permanent, ambiguous: exception classes with that meaning.
+            not_applied: exception classes meaning the work was not applied (the claim
+                is released; a retry runs it).
+            permanent: exception classes meaning the work failed for good (the failure is
+                stored; a retry raises :class:`StoredFailureError`).
+            ambiguous: exception classes meaning the work may or may not have happened
+                (``at_least``: released; ``at_most``: unknown until resolved).
+            wait_timeout: seconds the ``"wait"`` policy waits for another holder's
+                result (default the lease); then :class:`InProgressError`.
+            boundary: which decision events this run emits: ``"action"`` (a handler's
+                run) or ``"step"`` (a side-effect step's, as :meth:`step` passes it).
 
         Raises:
             ConfigurationError: ``window`` is not a positive finite number, or is given
@@ -599,7 +608,12 @@ class Idem:
             once: ``"at_least"`` (default) or ``"at_most"``.
             on_error: ``"release"`` (default) or ``"store"``: what an unclassified
                 exception means (see :meth:`run`).
-            not_applied, permanent, ambiguous: exception classes with that meaning.
+            not_applied: exception classes meaning the effect was not applied (see
+                :meth:`run`).
+            permanent: exception classes meaning the effect failed for good (see
+                :meth:`run`).
+            ambiguous: exception classes meaning the effect may or may not have
+                happened (see :meth:`run`).
             context: pass the step's :class:`EffectContext` (a stable
                 ``idempotency_key`` for a provider, the ``fencing_token``) as ``fn``'s
                 first argument.
@@ -610,8 +624,11 @@ class Idem:
                 an effect ledger.
             UnknownOutcomeError: ``at_most``: the step was interrupted before (or now
                 failed ambiguously); it is not run again until it is resolved.
-            InProgressError, StoredFailureError, LostClaimError, ResultEncodingError,
-                StoreError: as :meth:`run`; and whatever ``fn`` raised.
+            InProgressError: as :meth:`run`.
+            StoredFailureError: as :meth:`run`.
+            LostClaimError: as :meth:`run`.
+            ResultEncodingError: as :meth:`run`.
+            StoreError: as :meth:`run`; and whatever ``fn`` raised.
         """
         action = current_action()
         if action is not None and action.idem is not self:

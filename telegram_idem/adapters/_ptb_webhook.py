@@ -193,9 +193,14 @@ def ptb_webhook_app(
     ``setWebhook`` yourself (e.g. in the application's ``post_init``).
 
     Args:
-        application, idem, secret_token, allow_unauthenticated, max_body, read_timeout,
-        bot_id: passed to :func:`ptb_webhook` (``max_body`` in bytes, ``read_timeout`` in
-            seconds).
+        application: passed to :func:`ptb_webhook`.
+        idem: passed to :func:`ptb_webhook`.
+        secret_token: passed to :func:`ptb_webhook`.
+        allow_unauthenticated: passed to :func:`ptb_webhook`.
+        max_body: largest body accepted, bytes (passed to :func:`ptb_webhook`).
+        read_timeout: seconds a request body may take to arrive (passed to
+            :func:`ptb_webhook`).
+        bot_id: passed to :func:`ptb_webhook`.
         path: the URL path served (POST only).
 
     Returns:

@@ -119,7 +119,9 @@ class FloodControl:
         """Reserve the call in every budget it spends if they have room now, else nothing.
 
         Args:
-            method, params, priority: as :meth:`wait_turn`.
+            method: as :meth:`wait_turn`.
+            params: as :meth:`wait_turn`.
+            priority: as :meth:`wait_turn`.
 
         Returns:
             ``0.0`` when reserved; else the seconds to wait before asking again (nothing

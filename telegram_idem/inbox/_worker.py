@@ -120,7 +120,9 @@ class InboxWorker:
         max_attempts: takes before an entry becomes a dead letter (≥ 1); also the cap on
             takes of an entry whose lease keeps running out. A take that failed with a
             Bot API ``retry_after`` (flood control) is not counted.
-        backoff_base, backoff_max: seconds of the retry delay schedule.
+        backoff_base: seconds before the first retry of a failed entry; each further
+            retry waits twice as long (``backoff_base * 2 ** (attempts - 1)``).
+        backoff_max: seconds the retry delay grows to at most.
         poll_interval: seconds to wait when the inbox is empty (or until :meth:`notify`);
             also the first delay of the outage backoff.
         handler_timeout: seconds one dispatch may run before it is cancelled and counted

@@ -91,7 +91,9 @@ class Relay:
         poll_interval: seconds between looks when nothing is takeable (or :meth:`notify`).
         max_attempts: failed attempts before a dead letter (429s and migrations do not
             count).
-        backoff_base, backoff_max: seconds of the retry delay schedule.
+        backoff_base: seconds before the first retry of a failed call; each further
+            retry waits twice as long.
+        backoff_max: seconds the retry delay grows to at most.
         shutdown_grace: seconds in-flight calls may take to finish when the relay stops.
 
     Raises:

@@ -336,9 +336,14 @@ class Outbound:
         later with :meth:`result`.
 
         Args:
-            method, params, key, policy, priority, conn: as :meth:`call` (inside
-                ``idem.transaction(conn)`` on this outbox's store, the bound connection
-                is the default: the entry commits with the bot's writes).
+            method: as :meth:`call`.
+            params: as :meth:`call`.
+            key: as :meth:`call`.
+            policy: as :meth:`call`.
+            priority: as :meth:`call`.
+            conn: as :meth:`call` (inside ``idem.transaction(conn)`` on this outbox's
+                store, the bound connection is the default: the entry commits with the
+                bot's writes).
 
         Returns:
             The effect key.
@@ -347,7 +352,8 @@ class Outbound:
             ConfigurationError: the call is not durable (outside an action and no
                 ``key``: there would be nothing to send it later), or ``conn`` given to a
                 store that cannot join it.
-            TypeError, ValueError: as :meth:`call` (nothing stored).
+            TypeError: as :meth:`call` (nothing stored).
+            ValueError: as :meth:`call` (nothing stored).
             StoreError: the store could not answer.
         """
         if key is None and current_action() is None:

@@ -343,8 +343,10 @@ class FakeBotAPI(LoopbackServer):
     """Loopback stand-in for ``https://api.telegram.org`` (Bot API "Making requests").
 
     Args:
-        bot_first_name, bot_username: the ``getMe`` user (the id is the number before
-            ``:`` in each token; defaults match the shipped fixtures).
+        bot_first_name: the ``first_name`` of the ``getMe`` user (its id is the number
+            before ``:`` in each token; the default matches the shipped fixtures).
+        bot_username: the ``username`` of the ``getMe`` user (the default matches the
+            shipped fixtures).
         long_poll_cap: seconds ``getUpdates`` waits at most for an update, whatever
             ``timeout`` the client asked.
         limits: flood limits to enforce (`telegram_idem.flood.Limits`), or ``None`` (the

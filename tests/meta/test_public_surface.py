@@ -179,9 +179,14 @@ def surface_markdown() -> str:
     for name in MODULES:
         names = sorted(exported(load(name)))
         total += len(names)
-        lines.append(f"### `{name}`")
+        page = f"reference/{name}.md"  # its API reference page (tests/meta/test_reference_pages.py)
+        lines.append(f"### [`{name}`]({page})")
         lines.append("")
-        lines.append(", ".join(f"`{n}`" for n in names) if names else "(a namespace: its modules)")
+        lines.append(
+            ", ".join(f"[`{n}`]({page}#{name}.{n})" for n in names)
+            if names
+            else "(a namespace: its modules)"
+        )
         lines.append("")
     lines.append(f"{len(MODULES)} public modules, {total} public names.")
     lines.append("")
