@@ -173,6 +173,10 @@ class Idem:
         """Claim the update guard key ``{bot_id}:u:{update_id}`` once, with no policy:
         the primitive under :meth:`admit` (a test uses it to play a holder that dies).
 
+        Args:
+            update: the Bot API update (its ``update_id`` makes the key).
+            bot_id: the bot it was delivered to.
+
         Raises:
             MalformedUpdateError: no integer ``update_id``.
             StoreError: the store could not answer.
@@ -299,6 +303,11 @@ class Idem:
         update the durable inbox owns (its worker runs it), ``UNGUARDED`` for one a
         webhook admitted fail-open (the Lambda worker). ``run(call)`` binds the update
         and runs ``call``, with no claim to record.
+
+        Args:
+            update: the Bot API update.
+            bot_id: the bot it was delivered to.
+            outcome: ``Admission.RUN`` or ``Admission.UNGUARDED``.
 
         Raises:
             MalformedUpdateError: no integer ``update_id``.
@@ -603,6 +612,9 @@ class Idem:
             name: the step's name, unique within its action.
             fn: the effect; called as ``fn(*args, **kwargs)``, or as
                 ``fn(ctx, *args, **kwargs)`` with ``context=True``.
+            *args: passed to ``fn``.
+            **kwargs: passed to ``fn`` (the names of this method's own parameters are
+                taken by it).
             key: a full key to use instead of the action's step key (for a step outside
                 an action).
             once: ``"at_least"`` (default) or ``"at_most"``.
@@ -832,7 +844,13 @@ class Idem:
 
         The same lock as ``lock(f"{name}:chat:{chat_id}")``, or ``lock(f"chat:{chat_id}")``
         with the default ``name=""`` (``user:{user_id}`` for chat-less updates), so
-        the two forms exclude each other. ``ttl`` and ``wait`` are :meth:`lock`'s.
+        the two forms exclude each other.
+
+        Args:
+            ttl: seconds the lock is held at most (as :meth:`lock`'s).
+            name: a prefix telling this lock apart from the chat's other locks
+                (``""``: the chat's own lock).
+            wait: seconds to wait for another holder to release it (as :meth:`lock`'s).
 
         Raises:
             ConfigurationError: no update bound, or it has neither chat nor user.

@@ -113,22 +113,31 @@ class InboxWorker:
     """A pool of tasks draining one inbox.
 
     Args:
-        inbox: the inbox (``store.inbox()``).
-        dispatch: processes one update: e.g. :func:`telegram_idem.adapters.aiogram.inbox_dispatch`.
-        concurrency: entries processed at once (different ordering units).
-        lease: seconds an entry is held; a heartbeat extends it every ``lease / 3``.
+        inbox: the inbox to drain: ``idem.store.inbox()`` (memory, SQLite, PostgreSQL,
+            Redis).
+        dispatch: ``async (update: dict) -> Any``, processes one Bot API update;
+            raising means "retry". aiogram:
+            :func:`telegram_idem.adapters.aiogram.inbox_dispatch` ``(dp, bot)``; PTB:
+            :func:`telegram_idem.adapters.ptb.inbox_dispatch` ``(application, idem)``.
+        concurrency: worker tasks, so entries of up to this many ordering units run at
+            once (≥ 1).
+        lease: seconds a worker holds a taken entry before another may take it; a
+            heartbeat extends it every ``lease / 3`` seconds while the dispatch runs (> 0).
         max_attempts: takes before an entry becomes a dead letter (≥ 1); also the cap on
             takes of an entry whose lease keeps running out. A take that failed with a
             Bot API ``retry_after`` (flood control) is not counted.
         backoff_base: seconds before the first retry of a failed entry; each further
-            retry waits twice as long (``backoff_base * 2 ** (attempts - 1)``).
+            retry waits twice as long (``backoff_base * 2 ** (attempts - 1)``), and at
+            least the ``retry_after`` of a Telegram 429 the handler raised.
         backoff_max: seconds the retry delay grows to at most.
         poll_interval: seconds to wait when the inbox is empty (or until :meth:`notify`);
             also the first delay of the outage backoff.
         handler_timeout: seconds one dispatch may run before it is cancelled and counted
             as a failed attempt (default 15 min); ``None`` for no limit.
         permanent_errors: exception types that dead-letter an entry at once, without
-            retries (default :data:`DEFAULT_PERMANENT_ERRORS`).
+            retries (default :data:`DEFAULT_PERMANENT_ERRORS`: ``PermanentUpdateError``,
+            ``MalformedUpdateError``, pydantic's ``ValidationError`` when pydantic is
+            installed).
         outage_backoff_max: longest wait, seconds, between takes while the inbox is down.
         outage_log_interval: seconds between "still unavailable" lines during an outage.
         sleep: how the outage backoff waits (tests inject one).
@@ -195,11 +204,26 @@ class InboxWorker:
         self._wake.set()
 
     def backoff(self, attempts: int) -> float:
-        """Seconds to wait before attempt ``attempts + 1``."""
+        """Seconds to wait before attempt ``attempts + 1``.
+
+        Args:
+            attempts: the attempts made so far (≥ 1 after a failure).
+
+        Returns:
+            ``backoff_base * 2 ** (attempts - 1)`` seconds, at most ``backoff_max``.
+        """
         return float(min(self.backoff_base * 2 ** max(attempts - 1, 0), self.backoff_max))
 
     def outage_backoff(self, failed_polls: int) -> float:
-        """Seconds to wait after ``failed_polls`` takes in a row found the inbox down."""
+        """Seconds to wait after ``failed_polls`` takes in a row found the inbox down.
+
+        Args:
+            failed_polls: takes in a row that found the inbox down (≥ 1).
+
+        Returns:
+            ``poll_interval`` doubled per failed take after the first, at most
+            ``outage_backoff_max`` seconds.
+        """
         exponent = min(max(failed_polls - 1, 0), 32)
         return float(min(self.poll_interval * 2**exponent, self.outage_backoff_max))
 
@@ -440,7 +464,12 @@ class InboxWorker:
         cancel them and return their entries to the inbox (retry without delay).
 
         A worker that is not running (never started, or stopped already) is left as it
-        is: stopping it again does nothing."""
+        is: stopping it again does nothing.
+
+        Args:
+            grace: seconds in-flight entries may take to finish before they are
+                cancelled (``async with`` passes ``shutdown_grace``).
+        """
         self._stopping.set()
         self._wake.set()
         if self._in_flight:
@@ -461,6 +490,9 @@ class InboxWorker:
     async def drain(self, *, limit: float = 60.0) -> None:
         """Process until the inbox has nothing takeable (tests and demos), at most
         ``limit`` seconds.
+
+        Args:
+            limit: seconds to process at most.
 
         Raises:
             TimeoutError: entries remain after ``limit`` seconds.

@@ -47,17 +47,21 @@ class PollingIngress:
     """Long polling into the inbox.
 
     Args:
-        idem: the guard; its store must have an inbox.
-        get_updates: fetches a batch (e.g. ``aiogram_get_updates(bot)``).
-        bot_id: the bot polled.
+        idem: the guard; its store must have an inbox (memory, SQLite, PostgreSQL,
+            Redis).
+        get_updates: one ``getUpdates`` call, ``async (offset: int | None, limit: int,
+            timeout: float) -> list[dict]`` returning Bot API update dicts:
+            ``aiogram_get_updates(bot)`` (aiogram) or ``ptb_get_updates(bot)`` (PTB).
+        bot_id: the bot polled (``bot.id``).
         limit: updates per batch (1–100, Bot API ``getUpdates``).
-        poll_timeout: seconds of long polling per call.
+        poll_timeout: seconds of long polling per ``getUpdates`` call.
         error_delay: seconds to wait after the first failed fetch or store outage; the
             wait doubles with each further failure in a row, up to ``error_delay_max``.
         error_delay_max: seconds, the longest wait between failed polls.
         error_log_interval: seconds between the "still failing" lines while failures
             go on (one line when they start, one when a poll succeeds again).
-        on_admitted: called after a batch admitted anything (e.g. ``worker.notify``).
+        on_admitted: called (no arguments) after a batch admitted anything (e.g.
+            ``worker.notify``); ``None``: nothing is called.
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
             :class:`~telegram_idem._ordering.Ordering`.
@@ -65,7 +69,10 @@ class PollingIngress:
             the store holds its claim, e.g. a replica being replaced) holds the offset
             back before the offset moves past it anyway; default two of ``idem``'s
             leases, so a dead holder's lease has ended and the update is admitted by
-            takeover first.
+            takeover first. Each poll meanwhile retries its admission.
+
+    Raises:
+        ConfigurationError: ``idem``'s store has no inbox.
     """
 
     def __init__(
@@ -227,6 +234,9 @@ class PollingIngress:
         failures start, once per ``error_log_interval`` while they go on, and once when a
         poll succeeds again.
         Cancelling ``run`` cancels the poll in flight too.
+
+        Args:
+            stop: set it to stop polling (e.g. from a signal handler).
         """
         stopping = asyncio.ensure_future(stop.wait())
         fetch: asyncio.Future[list[Any]] | None = None

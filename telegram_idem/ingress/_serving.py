@@ -39,7 +39,11 @@ class Handles(Protocol):
     """A webhook object whose ``handle`` method is its aiohttp request handler."""
 
     def handle(self, request: web.Request, /) -> Awaitable[web.StreamResponse]:
-        """Answer one webhook POST."""
+        """Answer one webhook POST.
+
+        Args:
+            request: the POST Telegram made to the webhook URL.
+        """
         ...
 
 

@@ -126,8 +126,12 @@ class WebhookIngress:
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one webhook POST (see the module's table).
 
+        Args:
+            request: the POST Telegram made to the webhook URL.
+
         Raises:
-            aiohttp.web.HTTPException: 401, 413, 408, 400 or 503 as in the table.
+            aiohttp.web.HTTPException: 401, 413, 408, 400 or 503 as in the table (503 as
+                ``HTTPServiceUnavailable``: the update was not admitted; Telegram re-sends).
         """
         update = await read_update(
             request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout

@@ -160,12 +160,18 @@ ResultFactory = Callable[[Params], Any]
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One request the fake received.
+    """One request the fake received (``FakeBotAPI.calls``, in arrival order).
 
-    ``method`` is the method name as the client spelled it, ``params`` the decoded parameters
-    (form values JSON-decoded except known string fields; uploads as `UploadedFile`), ``at``
-    the `time.monotonic` reading in seconds when the request arrived, ``token`` the bot token
-    from the URL.
+    Attributes:
+        method: the method name as the client spelled it (``sendMessage``, or
+            ``sendmessage``: the Bot API's names are case-insensitive).
+        params: the decoded parameters, from the query string, a JSON body, a form or a
+            multipart body: form values JSON-decoded except the known string fields
+            (``text``, ``caption``…); uploads as :class:`UploadedFile`.
+        at: the ``time.monotonic()`` reading, seconds, when the request arrived (compare
+            two calls' ``at`` for the pacing between them).
+        token: the bot token from the URL (``/bot<token>/<method>``); ``""`` when made by
+            hand.
     """
 
     method: str
@@ -176,7 +182,13 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class UploadedFile:
-    """A file part of a multipart request (``InputFile`` in the Bot API)."""
+    """A file part of a multipart request (``InputFile`` in the Bot API).
+
+    Attributes:
+        filename: the part's file name, as the client sent it.
+        content_type: the part's ``Content-Type``.
+        data: the file's bytes.
+    """
 
     filename: str
     content_type: str
@@ -185,7 +197,20 @@ class UploadedFile:
 
 @dataclass(slots=True)
 class SentMessage:
-    """Current state of a message the bot sent (after edits): text, markup, edit count."""
+    """Current state of a message the bot sent (after edits): text, markup, edit count.
+
+    Attributes:
+        chat_id: the chat it was sent to, as the call gave it (a number or ``@username``).
+        message_id: its id in that chat (the fake numbers them from 1 per chat).
+        text: its text (or caption), as last edited; ``None`` for media without one.
+        reply_markup: its inline keyboard, as last set; ``None`` when it has none.
+        parse_mode: the ``parse_mode`` it was sent (or last edited) with.
+        entities: the ``entities`` it was sent (or last edited) with.
+        edits: how many edits changed it (an edit to the same content is refused with
+            "message is not modified" and not counted).
+        deleted: ``deleteMessage`` removed it.
+        message: the whole Bot API ``Message`` the fake answered with, as last edited.
+    """
 
     chat_id: int | str
     message_id: int
@@ -202,7 +227,14 @@ class SentMessage:
 class WebhookState:
     """What ``setWebhook``/``deleteWebhook`` left behind (Bot API "setWebhook").
 
-    ``dropped_updates`` counts queued updates discarded by ``drop_pending_updates=true``.
+    Attributes:
+        url: the webhook URL set; ``""`` when none is (``getUpdates`` then works).
+        secret_token: the ``secret_token`` given to ``setWebhook``, or ``None``.
+        allowed_updates: the update types asked for, or ``None`` (all but the defaults
+            Telegram leaves out).
+        max_connections: the ``max_connections`` given, or ``None``.
+        dropped_updates: how many queued updates ``drop_pending_updates=true`` discarded,
+            over every call.
     """
 
     url: str = ""
@@ -446,7 +478,13 @@ class FakeBotAPI(LoopbackServer):
         """Queue an Update (a JSON-shaped mapping with an int ``update_id``) for ``getUpdates``.
 
         Chats and bot messages inside it become known (so the bot can edit the message under
-        a callback query). Raises `ValueError` without an int ``update_id``.
+        a callback query).
+
+        Args:
+            update: the Bot API ``Update`` (copied; later changes to it are not seen).
+
+        Raises:
+            ValueError: ``update`` has no int ``update_id``.
         """
         update_id = update.get("update_id")
         if not isinstance(update_id, int) or isinstance(update_id, bool):
@@ -460,7 +498,11 @@ class FakeBotAPI(LoopbackServer):
         """Know what ``update`` shows without queuing it (for an update fed to the bot
         directly): its chats and the bot's messages in it, a callback query's or a
         pre-checkout query's answer window starts now, and a ``successful_payment``'s
-        charge becomes refundable. `queue_update` does this too."""
+        charge becomes refundable. `queue_update` does this too.
+
+        Args:
+            update: the Bot API ``Update`` (copied).
+        """
         stored = copy.deepcopy(dict(update))
         for value in stored.values():
             if isinstance(value, dict):
@@ -471,11 +513,23 @@ class FakeBotAPI(LoopbackServer):
         self.payments.learn(stored)
 
     def invoices(self, chat_id: int | str) -> list[SentInvoice]:
-        """Invoices ``sendInvoice`` sent to ``chat_id``, in sending order."""
+        """Invoices ``sendInvoice`` sent to ``chat_id``, in sending order.
+
+        Args:
+            chat_id: the chat (a number or ``@username``; compared as text).
+        """
         return [i for i in self.payments.invoices if str(i.chat_id) == str(chat_id)]
 
     def seed_message(self, message: Mapping[str, Any]) -> SentMessage:
-        """Make a Message (Bot API "Message" shape) exist, as if the bot had sent it earlier."""
+        """Make a Message (Bot API "Message" shape) exist, as if the bot had sent it earlier.
+
+        Args:
+            message: the Bot API ``Message``; needs ``chat`` (with its ``id``) and
+                ``message_id`` (later messages the fake sends are numbered past it).
+
+        Returns:
+            The message's state, as :meth:`message` returns it.
+        """
         chat = dict(message["chat"])
         key = _chat_key(chat["id"])
         self._chats.setdefault(key, chat)
@@ -507,20 +561,43 @@ class FakeBotAPI(LoopbackServer):
         ``parameters.retry_after`` = ``retry_after`` seconds (aiogram raises
         ``TelegramRetryAfter``). Other statuses carry ``description`` or the HTTP reason
         phrase and no ``parameters``. The failed call is still recorded in `calls`.
-        Shorthand for `inject` with `Fault.retry_after` / `Fault.error`. Raises
-        `ValueError` for ``times`` < 1.
+        Shorthand for `inject` with `Fault.retry_after` / `Fault.error`.
+
+        Args:
+            method: the Bot API method (case-insensitive), e.g. ``"sendMessage"``.
+            status: the HTTP status (and ``error_code``) of the answer; default 429.
+            retry_after: seconds the 429 answer asks to wait (``parameters.retry_after``);
+                only for ``status=429``.
+            description: the answer's ``description`` (default: the HTTP reason phrase, or
+                the flood-control text for 429).
+            times: how many calls in a row it fails (≥ 1).
+
+        Raises:
+            ValueError: ``times`` < 1.
         """
         self.inject(_fail_next_fault(method, status, retry_after, description, times))
 
     def inject(self, fault: Fault) -> None:
         """Add ``fault``: the calls it hits (its method, its chat, or every call) get it
         instead of their answer until it is used up (``fault.times``) or cleared. When
-        several faults hit a call, the oldest answers it (and only it is used)."""
+        several faults hit a call, the oldest answers it (and only it is used).
+
+        Args:
+            fault: what to answer and which calls it hits (:class:`Fault`).
+        """
         self._faults.append(_Active(fault, fault.times))
 
     def clear_faults(self, *, method: str | None = None, chat_id: int | str | None = None) -> int:
         """Remove the injected faults for ``method`` and/or ``chat_id`` (each ``None``:
-        any); returns how many were removed. ``clear_faults()`` removes them all."""
+        any); returns how many were removed. ``clear_faults()`` removes them all.
+
+        Args:
+            method: only the faults of this method (case-insensitive); ``None``: any.
+            chat_id: only the faults of this chat; ``None``: any.
+
+        Returns:
+            How many faults were removed.
+        """
 
         def removed(active: _Active) -> bool:
             fault = active.fault
@@ -541,6 +618,12 @@ class FakeBotAPI(LoopbackServer):
         """Answer ``method`` with ``result``, or ``result(params)`` if callable.
 
         For methods the fake does not model (``sendPhoto`` needs a Message, not ``true``).
+
+        Args:
+            method: the Bot API method (case-insensitive); replaces the fake's own
+                handling of it.
+            result: the ``result`` of every answer, or a callable from the call's
+                decoded parameters to it.
         """
         factory: ResultFactory = result if callable(result) else (lambda _p: result)
         self._handlers.pop(method.lower(), None)
@@ -549,19 +632,32 @@ class FakeBotAPI(LoopbackServer):
     # ----------------------------------------------------------------- inspection
 
     def calls_of(self, method: str) -> list[Call]:
-        """Recorded calls of ``method`` (case-insensitive), oldest first."""
+        """Recorded calls of ``method`` (case-insensitive), oldest first.
+
+        Args:
+            method: the Bot API method, e.g. ``"sendMessage"``.
+        """
         wanted = method.lower()
         return [call for call in self.calls if call.method.lower() == wanted]
 
     def messages(self, chat_id: int | str) -> list[SentMessage]:
         """Messages the bot sent (or `seed_message`) to ``chat_id`` and has not deleted,
-        by ``message_id``, in their current state after edits."""
+        by ``message_id``, in their current state after edits.
+
+        Args:
+            chat_id: the chat (a number or ``@username``).
+        """
         key = _chat_key(chat_id)
         found = [m for (c, _), m in self._messages.items() if c == key and not m.deleted]
         return sorted(found, key=lambda m: m.message_id)
 
     def message(self, chat_id: int | str, message_id: int) -> SentMessage | None:
-        """One message's current state (deleted ones included), or None."""
+        """One message's current state (deleted ones included), or None.
+
+        Args:
+            chat_id: the chat (a number or ``@username``).
+            message_id: the message's id in that chat.
+        """
         return self._messages.get((_chat_key(chat_id), message_id))
 
     def answered_callback_ids(self) -> list[str]:
@@ -577,7 +673,11 @@ class FakeBotAPI(LoopbackServer):
     def sent_texts(self, chat_id: int | str) -> list[str]:
         """Texts of every message ``sendMessage`` stored for ``chat_id``, in sending
         order, as sent (later edits and deletes do not change them; a call a fault
-        dropped after it took effect counts, as on Telegram)."""
+        dropped after it took effect counts, as on Telegram).
+
+        Args:
+            chat_id: the chat (a number or ``@username``).
+        """
         key = _chat_key(chat_id)
         return [text for chat, _, text in self._sent if str(chat) == str(key)]
 
@@ -589,6 +689,10 @@ class FakeBotAPI(LoopbackServer):
     def assert_sent_once(self, chat_id: int | str, text: str) -> None:
         """``text`` was sent to ``chat_id`` exactly once.
 
+        Args:
+            chat_id: the chat (a number or ``@username``).
+            text: the text, compared exactly.
+
         Raises:
             AssertionError: it was sent 0 or several times (the message lists what was).
         """
@@ -596,6 +700,9 @@ class FakeBotAPI(LoopbackServer):
 
     def assert_no_repeated_text(self, chat_id: int | str) -> None:
         """No text was sent twice to ``chat_id``.
+
+        Args:
+            chat_id: the chat (a number or ``@username``).
 
         Raises:
             AssertionError: some text was (named, with everything sent to the chat).
@@ -1097,6 +1204,7 @@ class FakeBotAPIControl:
 
     Args:
         url: the fake's base URL (``FakeBotAPI.url``, or what the CLI printed).
+        timeout: seconds each request may take in all (``aiohttp``'s total timeout).
 
     Every method raises ``aiohttp.ClientError`` when the fake cannot be reached, and
     `RuntimeError` when it refuses the request (the fault it answered is in the text).
@@ -1116,7 +1224,11 @@ class FakeBotAPIControl:
         return body
 
     async def inject(self, fault: Fault) -> None:
-        """`FakeBotAPI.inject` over HTTP (``POST /_fake/faults``)."""
+        """`FakeBotAPI.inject` over HTTP (``POST /_fake/faults``).
+
+        Args:
+            fault: as `FakeBotAPI.inject`.
+        """
         await self._request("POST", "/_fake/faults", json=fault.to_json())
 
     async def fail_next(
@@ -1128,13 +1240,29 @@ class FakeBotAPIControl:
         description: str | None = None,
         times: int = 1,
     ) -> None:
-        """`FakeBotAPI.fail_next` over HTTP. Raises `ValueError` for ``times`` < 1."""
+        """`FakeBotAPI.fail_next` over HTTP.
+
+        Args:
+            method: as `FakeBotAPI.fail_next`.
+            status: as `FakeBotAPI.fail_next`.
+            retry_after: seconds, as `FakeBotAPI.fail_next`.
+            description: as `FakeBotAPI.fail_next`.
+            times: as `FakeBotAPI.fail_next`.
+
+        Raises:
+            ValueError: ``times`` < 1.
+        """
         await self.inject(_fail_next_fault(method, status, retry_after, description, times))
 
     async def clear_faults(
         self, *, method: str | None = None, chat_id: int | str | None = None
     ) -> int:
-        """`FakeBotAPI.clear_faults` over HTTP; returns how many were removed."""
+        """`FakeBotAPI.clear_faults` over HTTP; returns how many were removed.
+
+        Args:
+            method: as `FakeBotAPI.clear_faults`.
+            chat_id: as `FakeBotAPI.clear_faults`.
+        """
         query = {k: str(v) for k, v in (("method", method), ("chat_id", chat_id)) if v is not None}
         body = await self._request("DELETE", "/_fake/faults", params=query)
         return int(body["removed"])
@@ -1145,20 +1273,43 @@ class FakeBotAPIControl:
 
     async def calls(self, method: str | None = None) -> list[dict[str, Any]]:
         """Recorded calls (``method``, ``params``, ``at``, ``token``), of ``method`` only
-        when given (case-insensitive)."""
+        when given (case-insensitive): the fields of :class:`Call`, as JSON.
+
+        Args:
+            method: only this method's calls; ``None``: every call.
+        """
         calls: list[dict[str, Any]] = (await self.state())["calls"]
         return [c for c in calls if method is None or c["method"].lower() == method.lower()]
 
     async def sent_texts(self, chat_id: int | str) -> list[str]:
-        """`FakeBotAPI.sent_texts` over HTTP."""
+        """`FakeBotAPI.sent_texts` over HTTP.
+
+        Args:
+            chat_id: as `FakeBotAPI.sent_texts`.
+        """
         return _texts_for((await self.state())["sent"], chat_id)
 
     async def assert_sent_once(self, chat_id: int | str, text: str) -> None:
-        """`FakeBotAPI.assert_sent_once`. Raises `AssertionError` as it does."""
+        """`FakeBotAPI.assert_sent_once` over HTTP.
+
+        Args:
+            chat_id: as `FakeBotAPI.assert_sent_once`.
+            text: as `FakeBotAPI.assert_sent_once`.
+
+        Raises:
+            AssertionError: as `FakeBotAPI.assert_sent_once`.
+        """
         check_sent_once(await self.sent_texts(chat_id), chat_id, text)
 
     async def assert_no_repeated_text(self, chat_id: int | str) -> None:
-        """`FakeBotAPI.assert_no_repeated_text`. Raises `AssertionError` as it does."""
+        """`FakeBotAPI.assert_no_repeated_text` over HTTP.
+
+        Args:
+            chat_id: as `FakeBotAPI.assert_no_repeated_text`.
+
+        Raises:
+            AssertionError: as `FakeBotAPI.assert_no_repeated_text`.
+        """
         check_no_repeated_text(await self.sent_texts(chat_id), chat_id)
 
     async def assert_no_429(self) -> None:
