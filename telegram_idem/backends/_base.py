@@ -177,6 +177,11 @@ class Store(abc.ABC):
     ) -> list[Claim]:
         """Claim each key (no fingerprints), answers in the order of ``keys``.
 
+        Args:
+            keys: the full keys, distinct.
+            lease: seconds each acquired claim's lease lasts.
+            retention: seconds each record is kept.
+
         Raises:
             StoreError: the store could not answer.
             ConfigurationError: duplicate keys, or times out of range.
@@ -194,6 +199,9 @@ class Store(abc.ABC):
 
         Args:
             retention: seconds to keep the completed record, from now.
+            key: the full key.
+            token: the holder's fencing token (from its :class:`Claim`).
+            result: the encoded result, replayed to later claims.
 
         Returns:
             ``False`` if the record no longer carries ``token`` (the lease was taken over).
@@ -209,7 +217,17 @@ class Store(abc.ABC):
     async def fail(self, key: str, token: int, error: bytes, *, retention: float) -> bool:
         """Store a failure for replay (``on_error="store"``), if ``token`` still holds.
 
-        Returns ``False`` if not held. Raises :class:`StoreError` on outage.
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+            error: the encoded failure, replayed as :class:`StoredFailureError`.
+            retention: seconds to keep the failed record, from now.
+
+        Returns:
+            ``False`` if ``token`` no longer holds the key (nothing written).
+
+        Raises:
+            StoreError: the store could not answer.
         """
         key = bounded_key(key)
         if self._nothing_to_translate:
@@ -219,7 +237,15 @@ class Store(abc.ABC):
     async def release(self, key: str, token: int) -> bool:
         """End the holder's lease so the next claim acquires (token + 1).
 
-        Returns ``False`` if ``token`` no longer holds the key. Raises :class:`StoreError`.
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+
+        Returns:
+            ``False`` if ``token`` no longer holds the key.
+
+        Raises:
+            StoreError: the store could not answer.
         """
         key = bounded_key(key)
         if self._nothing_to_translate:
@@ -229,7 +255,16 @@ class Store(abc.ABC):
     async def extend(self, key: str, token: int, *, lease: float) -> bool:
         """Heartbeat: move the lease end to now + ``lease`` seconds, if ``token`` holds.
 
-        Returns ``False`` if not held. Raises :class:`StoreError` on outage.
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+            lease: seconds from now the lease ends.
+
+        Returns:
+            ``False`` if ``token`` no longer holds the key.
+
+        Raises:
+            StoreError: the store could not answer.
         """
         key = bounded_key(key)
         if self._nothing_to_translate:
@@ -237,7 +272,14 @@ class Store(abc.ABC):
         return await self._call("extend", lambda: self._extend(key, token, lease))
 
     async def get(self, key: str) -> Record | None:
-        """The live record of ``key``, or ``None``. Raises :class:`StoreError` on outage."""
+        """The live record of ``key``, or ``None``.
+
+        Args:
+            key: the full key.
+
+        Raises:
+            StoreError: the store could not answer.
+        """
         key = bounded_key(key)
         if self._nothing_to_translate:
             return await self._get(key)
@@ -308,6 +350,10 @@ class Store(abc.ABC):
         transaction (``idem.transaction(conn)``). Stores whose tables live in the bot's
         database override this
         (:class:`~telegram_idem.backends._abilities.JoinsTransactions`).
+
+        Args:
+            conn: the bot's own open connection or session (sqlite3 / aiosqlite, asyncpg,
+                SQLAlchemy).
 
         Raises:
             ConfigurationError: this store keeps its records outside the bot's database,

@@ -46,7 +46,11 @@ class Bucket:
 
     @classmethod
     def gate(cls, key: str) -> Bucket:
-        """A gate: passes unless paused (see the module docstring)."""
+        """A gate: passes unless paused (see the module docstring).
+
+        Args:
+            key: the gate's store key (one per bot: its 429 pause).
+        """
         return cls(key, 0.0, 0.0)
 
 
@@ -84,6 +88,9 @@ class FloodBudget(abc.ABC):
     async def reserve(self, buckets: Sequence[Bucket]) -> float:
         """Reserve one call in every bucket at once, or none.
 
+        Args:
+            buckets: the buckets the call spends (:func:`buckets_for`).
+
         Returns:
             ``0.0`` when reserved; else the seconds to wait before asking again (nothing
             was reserved).
@@ -92,8 +99,17 @@ class FloodBudget(abc.ABC):
     @abc.abstractmethod
     async def pause(self, key: str, seconds: float) -> None:
         """Close the gate ``key`` for ``seconds`` from now (a later ``tat`` already stored
-        is kept: pauses never shorten each other)."""
+        is kept: pauses never shorten each other).
+
+        Args:
+            key: the gate's key (:meth:`Bucket.gate`).
+            seconds: how long the gate stays closed, from now.
+        """
 
     @abc.abstractmethod
     async def paused_for(self, key: str) -> float:
-        """Seconds the gate ``key`` stays closed (``0.0`` when open)."""
+        """Seconds the gate ``key`` stays closed (``0.0`` when open).
+
+        Args:
+            key: the gate's key.
+        """

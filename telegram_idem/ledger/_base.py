@@ -81,6 +81,10 @@ class Ledger(abc.ABC):
         Returns:
             ``None`` if the row was written (run the effect); otherwise the existing row,
             unchanged (do not run it: see the module's table).
+
+        Raises:
+            StoreError: the store could not answer (or, PostgreSQL, the write kept racing
+                concurrent ones).
         """
 
     @abc.abstractmethod
@@ -127,13 +131,21 @@ class Ledger(abc.ABC):
         """Delete the row of ``key`` if its ``token`` is ``token`` (fenced: a late holder
         never removes a newer holder's or a resolver's row).
 
+        Args:
+            key: the effect's key.
+            token: the fencing token of the holder that wrote the row.
+
         Returns:
             ``True`` if a row was deleted.
         """
 
     @abc.abstractmethod
     async def get(self, key: str) -> LedgerEntry | None:
-        """The row of ``key``, or ``None``."""
+        """The row of ``key``, or ``None``.
+
+        Args:
+            key: the effect's key.
+        """
 
     @abc.abstractmethod
     async def entries(
@@ -146,6 +158,11 @@ class Ledger(abc.ABC):
         """Rows in ``states`` whose key starts with ``prefix``, oldest ``started_at``
         first (ties: by key), at most ``limit``.
 
+        Args:
+            states: the states listed (default the unresolved ones: started and unknown).
+            prefix: only keys starting with it (``""``: every key).
+            limit: at most this many rows (≥ 1).
+
         Raises:
             ValueError: ``limit`` < 1.
         """
@@ -153,6 +170,10 @@ class Ledger(abc.ABC):
 
 def check_settle(result: bytes | None, not_applied: bool) -> None:
     """The argument rule of :meth:`Ledger.settle`, for implementations.
+
+    Args:
+        result: the ``result=`` given to ``settle``, or ``None``.
+        not_applied: the ``not_applied=`` given to ``settle``.
 
     Raises:
         ValueError: neither or both of ``result`` and ``not_applied`` given.
@@ -163,6 +184,9 @@ def check_settle(result: bytes | None, not_applied: bool) -> None:
 
 def check_limit(limit: int) -> None:
     """The argument rule of :meth:`Ledger.entries`.
+
+    Args:
+        limit: the ``limit=`` given to ``entries``.
 
     Raises:
         ValueError: ``limit`` < 1.

@@ -141,17 +141,26 @@ class OutboxEntry:
         key: the effect key.
         bot_id: the bot that sends it.
         seq: enqueue order (store-wide, increasing; a redrive gives a new one).
-        method, params, collapse_key, policy, priority, retention: as enqueued
-            (``params`` as a ``retry`` replaced them, for a chat that migrated).
+        method: the Bot API method, as enqueued.
+        params: the call's parameters as JSON bytes, as enqueued (or as a ``retry``
+            replaced them, for a chat that migrated).
+        collapse_key: the collapsing key, as enqueued (a later call under it supersedes
+            this one while it waits), or ``None``.
+        policy: what an ambiguous failure makes of it (:class:`AmbiguousPolicy`).
+        priority: its flood-control priority, as enqueued (lower is sent first).
+        retention: seconds the entry is kept after it is settled.
         ordering_key: the unit of ordering (the key itself when the call has none).
         status: see :class:`CallStatus`.
         attempts: how many times it has been taken.
         token: the current taker's fencing token (0 before the first take).
-        created_at: when it was enqueued.
-        available_at: when it may be taken (a retry or a ``retry_after`` waits).
-        lease_expires_at: when an in-flight lease ends (0 when not in flight).
-        settled_at: when it was delivered, superseded, buried, held or parked (0 while
-            live).
+        created_at: when it was enqueued, seconds since the epoch (the store's clock, as
+            every time here).
+        available_at: when it may be taken, seconds since the epoch (a retry or a
+            ``retry_after`` waits).
+        lease_expires_at: when an in-flight lease ends, seconds since the epoch (0 when
+            not in flight).
+        settled_at: when it was delivered, superseded, buried, held or parked, seconds
+            since the epoch (0 while live).
         result: Telegram's ``result`` as JSON bytes (``DELIVERED``), or
             ``{"superseded_by": key}`` (``SUPERSEDED``), else ``None``.
         last_error: the last failure, as text.
@@ -189,6 +198,9 @@ class Outbox(abc.ABC):
     async def enqueue(self, call: NewCall) -> tuple[OutboxEntry, bool]:
         """Store ``call`` under its key, unless the key is stored already.
 
+        Args:
+            call: the call to store (:class:`NewCall`, made by :class:`Outbound`).
+
         Returns:
             ``(entry, True)`` when stored now (``PENDING``, or ``PARKED`` when its chat is
             parked), else ``(the stored entry, False)`` and nothing is written.
@@ -201,6 +213,10 @@ class Outbox(abc.ABC):
         Stores whose tables can live in the bot's database (SQLite, PostgreSQL) accept
         their drivers' connections (sqlite3 / aiosqlite; asyncpg, SQLAlchemy
         ``AsyncConnection`` / ``AsyncSession``).
+
+        Args:
+            conn: the caller's open connection or session, inside its transaction.
+            call: the call to store, as :meth:`enqueue`.
 
         Raises:
             ConfigurationError: this store cannot join a transaction, ``conn`` is not a
@@ -227,7 +243,12 @@ class Outbox(abc.ABC):
     @abc.abstractmethod
     async def deliver(self, entry: OutboxEntry, *, result: bytes) -> bool:
         """Telegram accepted it: ``DELIVERED`` with ``result`` (JSON bytes). ``False`` if
-        ``entry.token`` no longer holds it (nothing written)."""
+        ``entry.token`` no longer holds it (nothing written).
+
+        Args:
+            entry: the entry as taken (its ``token`` proves the lease).
+            result: Telegram's ``result``, as JSON bytes.
+        """
 
     @abc.abstractmethod
     async def retry(
@@ -241,7 +262,16 @@ class Outbox(abc.ABC):
     ) -> bool:
         """Back to ``PENDING``, takeable after ``delay`` seconds; ``params`` and
         ``ordering_key`` replace the entry's when given (a group that migrated to a
-        supergroup). ``False`` if not held."""
+        supergroup). ``False`` if not held.
+
+        Args:
+            entry: the entry as taken.
+            delay: seconds until it may be taken again.
+            error: why it failed, as text (kept as ``last_error``).
+            params: new parameters as JSON bytes, or ``None`` to keep them.
+            ordering_key: a new ordering unit (the supergroup's chat), or ``None`` to keep
+                it.
+        """
 
     @abc.abstractmethod
     async def settle(
@@ -251,53 +281,113 @@ class Outbox(abc.ABC):
         status: Literal[CallStatus.DEAD, CallStatus.UNKNOWN],
         error: str,
     ) -> bool:
-        """Make the entry a dead letter or an unknown outcome. ``False`` if not held."""
+        """Make the entry a dead letter or an unknown outcome. ``False`` if not held.
+
+        Args:
+            entry: the entry as taken.
+            status: ``CallStatus.DEAD`` or ``CallStatus.UNKNOWN``.
+            error: why, as text (kept as ``last_error``).
+
+        Raises:
+            ValueError: ``status`` is neither ``DEAD`` nor ``UNKNOWN`` (some stores raise
+                ``ConfigurationError`` for it instead).
+            ConfigurationError: as ``ValueError``, in the stores that raise it.
+        """
 
     @abc.abstractmethod
     async def park(self, entry: OutboxEntry, *, error: str) -> bool:
-        """Park the entry's chat (see the module docstring). ``False`` if not held."""
+        """Park the entry's chat (see the module docstring). ``False`` if not held.
+
+        Args:
+            entry: the entry as taken.
+            error: why the chat is parked, as text (e.g. "bot was blocked by the user").
+        """
 
     @abc.abstractmethod
     async def extend(self, entry: OutboxEntry, *, lease: float) -> bool:
-        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held."""
+        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held.
+
+        Args:
+            entry: the entry as taken.
+            lease: seconds from now the lease ends.
+        """
 
     @abc.abstractmethod
     async def get(self, key: str) -> OutboxEntry | None:
-        """The entry stored under ``key``, or ``None``."""
+        """The entry stored under ``key``, or ``None``.
+
+        Args:
+            key: the effect key the call was stored under.
+        """
 
     @abc.abstractmethod
     async def entries(
         self, *, status: CallStatus, bot_id: int | None = None, limit: int = 100
     ) -> list[OutboxEntry]:
-        """Entries in ``status`` (of ``bot_id``, or of every bot), oldest (``seq``) first."""
+        """Entries in ``status`` (of ``bot_id``, or of every bot), oldest (``seq``) first.
+
+        Args:
+            status: the status listed.
+            bot_id: only this bot's entries; ``None``: every bot's.
+            limit: at most this many.
+        """
 
     @abc.abstractmethod
     async def redrive(self, key: str) -> bool:
         """Put a ``DEAD``, ``UNKNOWN`` or ``PARKED`` entry back to ``PENDING`` at the back
         of its chat (a new ``seq``, attempts reset; a parked chat stays parked for later
-        enqueues). ``False`` if there is no such entry in one of those statuses."""
+        enqueues). ``False`` if there is no such entry in one of those statuses.
+
+        Args:
+            key: the entry's effect key.
+        """
 
     @abc.abstractmethod
     async def resolve(self, key: str, *, result: bytes) -> bool:
         """Settle an ``UNKNOWN`` entry as ``DELIVERED`` with ``result`` (an operator found
-        the message). ``False`` if it is not unknown."""
+        the message). ``False`` if it is not unknown.
+
+        Args:
+            key: the entry's effect key.
+            result: the ``Message`` (or other ``result``) Telegram returned, as JSON bytes.
+        """
 
     @abc.abstractmethod
     async def unpark(self, *, bot_id: int, ordering_key: str) -> int:
         """Clear the chat's parked mark and put its ``PARKED`` entries back to
-        ``PENDING`` (in their order). Returns how many."""
+        ``PENDING`` (in their order). Returns how many.
+
+        Args:
+            bot_id: the bot whose chat it is.
+            ordering_key: the parked chat's ordering unit (as :meth:`parked_units` lists
+                it).
+        """
 
     @abc.abstractmethod
     async def parked_units(self, *, bot_id: int | None = None) -> list[tuple[int, str]]:
-        """The parked chats, as ``(bot_id, ordering_key)``."""
+        """The parked chats, as ``(bot_id, ordering_key)``.
+
+        Args:
+            bot_id: only this bot's chats; ``None``: every bot's.
+        """
 
     @abc.abstractmethod
     async def counts(self, *, bot_id: int | None = None) -> dict[CallStatus, int]:
-        """How many entries are in each status (statuses with none may be left out)."""
+        """How many entries are in each status (statuses with none may be left out).
+
+        Args:
+            bot_id: only this bot's entries; ``None``: every bot's.
+        """
 
     async def take_many(self, *, bot_id: int, lease: float, limit: int) -> Sequence[OutboxEntry]:
         """Up to ``limit`` entries of distinct chats, as successive :meth:`take` calls
-        would give. Stores override this to take them in one round trip."""
+        would give. Stores override this to take them in one round trip.
+
+        Args:
+            bot_id: whose calls.
+            lease: seconds each taker holds its entry, as :meth:`take`.
+            limit: at most this many entries.
+        """
         taken: list[OutboxEntry] = []
         for _ in range(limit):
             entry = await self.take(bot_id=bot_id, lease=lease)

@@ -155,6 +155,9 @@ class PostgresFloodBudget(FloodBudget):
         """Delete up to ``batch`` keys whose ``tat`` is more than a minute in the past;
         returns how many.
 
+        Args:
+            batch: the most keys deleted (≥ 1).
+
         Raises:
             ConfigurationError: ``batch`` < 1, or the table is missing.
             StoreError: the database could not answer.

@@ -400,12 +400,19 @@ class PostgresOutbox(Outbox):
 
     async def purge_once(self, batch: int) -> int:
         """Delete up to ``batch`` delivered or superseded entries past their retention
-        (errors untranslated: for the background purge)."""
+        (errors untranslated: for the background purge).
+
+        Args:
+            batch: the most entries deleted.
+        """
         return await self.connection.run(self._purge_run(batch))
 
     async def purge(self, batch: int = 500) -> int:
         """Delete up to ``batch`` delivered or superseded entries whose retention is over;
         returns how many (rows locked by a concurrent writer are skipped).
+
+        Args:
+            batch: the most entries deleted (≥ 1).
 
         Raises:
             ConfigurationError: ``batch`` < 1, or the table is missing.

@@ -61,7 +61,11 @@ class RedisFloodBudget(FloodBudget):
         return f"RedisFloodBudget({self.connection.label})"
 
     def redis_key(self, key: str) -> str:
-        """The Redis key of budget ``key`` (see the module docstring)."""
+        """The Redis key of budget ``key`` (see the module docstring).
+
+        Args:
+            key: the budget's key (a bucket's ``key``).
+        """
         return self.connection.keys.flood(key)
 
     def _now_arg(self) -> str:

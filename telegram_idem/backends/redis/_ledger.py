@@ -96,7 +96,11 @@ class RedisLedger(Ledger):
         return f"RedisLedger({self.connection.label})"
 
     def redis_key(self, key: str) -> str:
-        """The Redis key of the row of ``key``: ``<base>r:<bounded key>``."""
+        """The Redis key of the row of ``key``: ``<base>r:<bounded key>``.
+
+        Args:
+            key: the effect's key.
+        """
         return f"{self._rows}{bounded_key(key)}"
 
     def _now_arg(self) -> str:

@@ -131,7 +131,11 @@ class RedisOutbox(Outbox):
         return f"RedisOutbox({self.connection.label})"
 
     def base(self, bot_id: int) -> str:
-        """The start of every outbox key of ``bot_id`` (``B`` of the module docstring)."""
+        """The start of every outbox key of ``bot_id`` (``B`` of the module docstring).
+
+        Args:
+            bot_id: the bot.
+        """
         return self.connection.keys.outbox_base(bot_id)
 
     def _keys(self, bot_id: int) -> list[bytes]:
