@@ -258,12 +258,20 @@ class UpdateFactory:
         return int(self._clock()) if self._clock is not None else 1_700_000_000
 
     def new_user(self, **fields: Any) -> dict[str, Any]:
-        """Another user (next id) with ``fields`` merged in."""
+        """Another user (next id) with ``fields`` merged in.
+
+        Args:
+            fields: ``User`` fields to set (``username="ann"``…), merged over the defaults.
+        """
         uid = next(self._user_ids)
         return merge({"id": uid, "is_bot": False, "first_name": f"User{uid % 1000}"}, fields)
 
     def private_chat(self, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The private chat with ``user`` (default the factory's user)."""
+        """The private chat with ``user`` (default the factory's user).
+
+        Args:
+            user: the other party (a ``User`` dict); default the factory's ``user``.
+        """
         user = user or self.user
         chat: dict[str, Any] = {"id": user["id"], "type": "private"}
         for name in ("first_name", "last_name", "username"):
@@ -274,7 +282,13 @@ class UpdateFactory:
     def group(
         self, title: str = "Test Group", *, chat_id: int = -1001234567890, forum: bool = False
     ) -> dict[str, Any]:
-        """A supergroup chat (``is_forum`` when ``forum``)."""
+        """A supergroup chat (``is_forum`` when ``forum``).
+
+        Args:
+            title: the group's title.
+            chat_id: the supergroup's id (negative, ``-100…``).
+            forum: a forum supergroup (``is_forum``: topics).
+        """
         chat: dict[str, Any] = {"id": chat_id, "title": title, "type": "supergroup"}
         if forum:
             chat["is_forum"] = True
@@ -283,13 +297,25 @@ class UpdateFactory:
     def channel(
         self, title: str = "Test Channel", *, chat_id: int = -1009876543210
     ) -> dict[str, Any]:
-        """A channel chat."""
+        """A channel chat.
+
+        Args:
+            title: the channel's title.
+            chat_id: the channel's id (negative, ``-100…``).
+        """
         return {"id": chat_id, "title": title, "type": "channel"}
 
     def update(
         self, kind: str, payload: Mapping[str, Any], *, update_id: int | None = None
     ) -> dict[str, Any]:
-        """``{"update_id": …, kind: payload}`` for any update type (a copy of ``payload``)."""
+        """``{"update_id": …, kind: payload}`` for any update type (a copy of ``payload``).
+
+        Args:
+            kind: the update type, the key of its object (``"message"``,
+                ``"business_message"``…).
+            payload: the object under ``kind`` (copied).
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+        """
         uid = self._take_update_id(kind, update_id)
         return {"update_id": uid, kind: copy.deepcopy(dict(payload))}
 
@@ -321,7 +347,17 @@ class UpdateFactory:
         update_id: int | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
-        """A ``message`` update with ``text`` from ``user`` in ``chat``."""
+        """A ``message`` update with ``text`` from ``user`` in ``chat``.
+
+        Args:
+            text: the message's text.
+            chat: the chat (a Bot API ``Chat`` dict); default the factory's ``chat``.
+            user: the user it comes from (a Bot API ``User`` dict); default the factory's
+                ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         body = self._message_body(text, chat, user, None)
         return self.update("message", merge(body, overrides), update_id=update_id)
 
@@ -342,6 +378,12 @@ class UpdateFactory:
             command: ``"/techpost"`` or ``"techpost"``.
             args: text after the command; a sequence is joined with spaces.
             mention: write ``/command@<bot username>``, as clients do in groups.
+            chat: the chat (a Bot API ``Chat`` dict); default the factory's ``chat``.
+            user: the user it comes from (a Bot API ``User`` dict); default the factory's
+                ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
         """
         head = "/" + command.lstrip("/")
         if mention:
@@ -361,7 +403,16 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """An ``edited_message`` update: ``original`` (a message or an update holding one)
-        with new ``text`` and ``edit_date``; without ``original``, a new message id."""
+        with new ``text`` and ``edit_date``; without ``original``, a new message id.
+
+        Args:
+            text: the new text.
+            original: the message edited: a Message dict, an update holding one, or a
+                ``SentMessage``; ``None``: a new message id.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         if original is not None:
             body = _as_message(original)
             body.pop("entities", None)
@@ -379,7 +430,15 @@ class UpdateFactory:
         update_id: int | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
-        """A ``channel_post`` update (no ``from``; ``sender_chat`` is the channel)."""
+        """A ``channel_post`` update (no ``from``; ``sender_chat`` is the channel).
+
+        Args:
+            text: the post's text.
+            chat: the channel; default :meth:`channel`.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         channel = dict(chat or self.channel())
         body: dict[str, Any] = {
             "message_id": self.next_message_id(),
@@ -400,7 +459,13 @@ class UpdateFactory:
         chat: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A Message the bot sent (``from`` is the bot), with an inline keyboard of
-        ``buttons`` (text → callback data, one row) if given."""
+        ``buttons`` (text → callback data, one row) if given.
+
+        Args:
+            text: the message's text.
+            buttons: button text → callback data, one row; ``None``: no keyboard.
+            chat: the chat it is in; default the factory's ``chat``.
+        """
         body = self._message_body(text, chat, self.bot, None)
         if buttons:
             row = [{"text": t, "callback_data": d} for t, d in buttons.items()]
@@ -426,6 +491,11 @@ class UpdateFactory:
                 ``FakeBotAPI.messages``; default a new bot message with that button.
             inline_message_id: the button sits on an inline message instead (no
                 ``message`` field); exclusive with ``from_message``.
+            user: the user it comes from (a Bot API ``User`` dict); default the factory's
+                ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
 
         Raises:
             ValueError: both ``from_message`` and ``inline_message_id``, or ``data`` is
@@ -455,6 +525,10 @@ class UpdateFactory:
         same ``from``, message and ``data`` (see :func:`make_double_tap`). Being a callback
         query, its own ``update_id`` + 1 is kept too (a third tap's default).
 
+        Args:
+            callback_update: the first tap: a callback query update
+                (:meth:`callback_query`).
+
         Raises:
             ValueError: ``callback_update`` is not a callback query update.
         """
@@ -470,7 +544,16 @@ class UpdateFactory:
         update_id: int | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
-        """An ``inline_query`` update (no chat: per-chat logic falls back to the user)."""
+        """An ``inline_query`` update (no chat: per-chat logic falls back to the user).
+
+        Args:
+            query: the text typed after the bot's username.
+            user: the user it comes from (a Bot API ``User`` dict); default the factory's
+                ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         body = {"id": self._next_numeric_id(), "from": dict(user or self.user), "query": query}
         body["offset"] = ""
         return self.update("inline_query", merge(body, overrides), update_id=update_id)
@@ -510,7 +593,19 @@ class UpdateFactory:
     ) -> dict[str, Any]:
         """A ``chat_member`` update: ``member`` (default a new user) goes from
         ``old_status`` to ``new_status`` in ``chat`` (default a supergroup), changed by
-        ``user``. Statuses as in :func:`chat_member_status`."""
+        ``user``. Statuses as in :func:`chat_member_status`.
+
+        Args:
+            member: the user whose status changes (a ``User`` dict); default a new user
+                (:meth:`new_user`).
+            old_status: the status before (``"left"``, ``"member"``, ``"administrator"``…).
+            new_status: the status after.
+            chat: the chat; default a supergroup (:meth:`group`).
+            user: who made the change; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         who = member if member is not None else self.new_user()
         return self._member_update(
             "chat_member", who, old_status, new_status, chat, user, update_id, overrides
@@ -527,7 +622,17 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """A ``my_chat_member`` update: the bot's own status changes (default: added to
-        a supergroup by ``user``)."""
+        a supergroup by ``user``).
+
+        Args:
+            old_status: the bot's status before (``"left"``, ``"member"``, ``"kicked"``…).
+            new_status: the bot's status after.
+            chat: the chat; default a supergroup (:meth:`group`).
+            user: who made the change; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         return self._member_update(
             "my_chat_member", self.bot, old_status, new_status, chat, user, update_id, overrides
         )
@@ -540,7 +645,15 @@ class UpdateFactory:
         update_id: int | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
-        """A ``chat_join_request`` update from ``user`` to ``chat`` (default a supergroup)."""
+        """A ``chat_join_request`` update from ``user`` to ``chat`` (default a supergroup).
+
+        Args:
+            chat: the chat asked to join; default a supergroup (:meth:`group`).
+            user: who asks to join; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         sender = dict(user or self.user)
         body = {
             "chat": dict(chat or self.group()),
@@ -565,6 +678,16 @@ class UpdateFactory:
         """A ``pre_checkout_query`` (default 50 Telegram Stars, ``XTR``).
 
         ``total_amount`` is in the smallest units of ``currency`` (Stars: whole stars).
+
+        Args:
+            payload: the invoice payload (the bot's own order id).
+            total_amount: the price in the smallest units of ``currency`` (Stars: whole
+                stars).
+            currency: the ISO 4217 code, or ``"XTR"`` for Telegram Stars.
+            user: the buyer; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
         """
         body = {
             "id": self._next_numeric_id(),
@@ -588,7 +711,20 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """A service message with ``successful_payment``; ``charge_id`` (the
-        ``telegram_payment_charge_id``, the natural action key) defaults to a new one."""
+        ``telegram_payment_charge_id``, the natural action key) defaults to a new one.
+
+        Args:
+            payload: the invoice payload (the bot's own order id).
+            total_amount: the price in the smallest units of ``currency`` (Stars: whole
+                stars).
+            currency: the ISO 4217 code, or ``"XTR"`` for Telegram Stars.
+            charge_id: the ``telegram_payment_charge_id``; default a new one.
+            chat: the chat (a Bot API ``Chat`` dict); default the factory's ``chat``.
+            user: the buyer; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         body = self._message_body(None, chat, user, None)
         body["successful_payment"] = {
             "currency": currency,
@@ -610,7 +746,16 @@ class UpdateFactory:
     ) -> dict[str, Any]:
         """A ``subscription`` update (``BotSubscriptionUpdated``): ``user``'s payment
         subscription to the bot changed; ``state`` is ``"active"``, ``"canceled"`` or
-        ``"failed"``. No chat."""
+        ``"failed"``. No chat.
+
+        Args:
+            state: ``"active"``, ``"canceled"`` or ``"failed"``.
+            payload: the subscription's invoice payload.
+            user: the subscriber; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         body = {"user": dict(user or self.user), "invoice_payload": payload, "state": state}
         return self.update("subscription", merge(body, overrides), update_id=update_id)
 
@@ -625,7 +770,15 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """A ``managed_bot`` update (``ManagedBotUpdated``): a bot this bot manages was
-        created or changed; ``user`` owns it, ``bot`` is the managed bot. No chat."""
+        created or changed; ``user`` owns it, ``bot`` is the managed bot. No chat.
+
+        Args:
+            bot: the managed bot (a ``User`` dict with ``is_bot``); default a new bot user.
+            user: the bot's owner; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         managed = dict(bot or {"id": 7100000001, "is_bot": True, "first_name": "Managed"})
         body = {"user": dict(user or self.user), "bot": managed}
         return self.update("managed_bot", merge(body, overrides), update_id=update_id)
@@ -640,7 +793,17 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """A ``guest_message``: a message that summoned this bot as a guest in a chat it
-        is not a member of (answer with ``answerGuestQuery`` and ``guest_query_id``)."""
+        is not a member of (answer with ``answerGuestQuery`` and ``guest_query_id``).
+
+        Args:
+            text: the message's text (it mentions the bot).
+            chat: the chat (a Bot API ``Chat`` dict); default the factory's ``chat``.
+            user: the user it comes from (a Bot API ``User`` dict); default the factory's
+                ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         body = self._message_body(text, chat or self.group(), user, None)
         body["guest_query_id"] = self._next_numeric_id()
         return self.update("guest_message", merge(body, overrides), update_id=update_id)
@@ -655,7 +818,16 @@ class UpdateFactory:
         **overrides: Any,
     ) -> dict[str, Any]:
         """A ``poll_answer`` (no chat; ``user`` answered; empty ``option_ids`` = vote
-        retracted). ``option_persistent_ids`` are ``"option-<id>"``."""
+        retracted). ``option_persistent_ids`` are ``"option-<id>"``.
+
+        Args:
+            option_ids: the chosen options' indexes (empty: the vote was retracted).
+            poll_id: the poll's id; default a new one.
+            user: who answered; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
         chosen = list(option_ids)
         body = {
             "poll_id": poll_id or self._next_numeric_id(),
@@ -678,7 +850,18 @@ class UpdateFactory:
     ) -> dict[str, Any]:
         """A ``message_reaction`` update: ``user`` changes their reaction on
         ``message_id`` (default the last message id handed out) from ``old`` to
-        ``emoji`` (one emoji or several; empty = reaction removed)."""
+        ``emoji`` (one emoji or several; empty = reaction removed).
+
+        Args:
+            emoji: the new reaction: one emoji or several (empty: the reaction was removed).
+            old: the reaction before (empty: none).
+            message_id: the message reacted to; default the last message id handed out.
+            chat: the chat (a Bot API ``Chat`` dict); default the factory's ``chat``.
+            user: who reacted; default the factory's ``user``.
+            update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
+            overrides: fields merged into the update's object (nested dicts merged), e.g.
+                ``message_thread_id=7``.
+        """
 
         def reactions(value: str | Sequence[str]) -> list[dict[str, str]]:
             items = [value] if isinstance(value, str) else list(value)
@@ -710,6 +893,8 @@ class UpdateFactory:
             renumber: give it the factory's next ``update_id`` (so several copies are
                 different updates); ``False`` keeps the recorded id.
             overrides: merged into the payload object, as for the other methods.
+            name_or_path: a shipped payload's name (``"callback_delete"``) or the path of an
+                Update JSON file.
 
         Raises:
             FileNotFoundError: no such fixture or file.
