@@ -131,7 +131,12 @@ class UpdateContext:
 
     def admitted(self, bot_id: int, update_id: object) -> bool:
         """Whether this is the update ``update_id`` of ``bot_id``, already admitted (an
-        outer shape runs it: a webhook, the Lambda worker, the inbox worker)."""
+        outer shape runs it: a webhook, the Lambda worker, the inbox worker).
+
+        Args:
+            bot_id: the bot the update came to.
+            update_id: the update's ``update_id``.
+        """
         return (
             self.admission is not None
             and self.bot_id == bot_id

@@ -90,6 +90,10 @@ class StoreError(IdemError):
 
     ``original`` is the driver's exception (also chained as ``__cause__``). An outage is
     never turned into a "duplicate" or an "acquired" decision: callers apply a policy.
+
+    Args:
+        message: the error's text (``str(error)``).
+        original: the driver's exception, kept as ``original``; ``None`` when there is none.
     """
 
     def __init__(self, message: str, *, original: BaseException | None = None) -> None:
@@ -105,6 +109,12 @@ class KeyTemplateError(ConfigurationError):
     """A key template names a field absent from the update, or is not a valid template.
 
     ``template`` is the template, ``field`` the field that failed (or ``None``).
+
+    Args:
+        message: the error's text (``str(error)``).
+        template: the template, kept as ``template``.
+        field: the field that failed, kept as ``field`` (``None``: the template itself is
+            bad).
     """
 
     def __init__(self, message: str, *, template: str, field: str | None = None) -> None:
@@ -127,7 +137,13 @@ class PermanentUpdateError(IdemError):
 
 
 class ClaimError(IdemError):
-    """A decision about one idempotency key. ``key`` and ``record`` say which and why."""
+    """A decision about one idempotency key. ``key`` and ``record`` say which and why.
+
+    Args:
+        message: the error's text (``str(error)``).
+        key: the idempotency key decided on, kept as ``key``.
+        record: the record the decision read, kept as ``record`` (``None``: none).
+    """
 
     def __init__(self, message: str, *, key: str, record: Record | None = None) -> None:
         super().__init__(message)
@@ -153,7 +169,14 @@ class UpdateInProgressError(InProgressError):
 
 
 class LockHeldError(ClaimError):
-    """The lock has a live holder. ``retry_after`` is seconds until its lease ends."""
+    """The lock has a live holder. ``retry_after`` is seconds until its lease ends.
+
+    Args:
+        message: the error's text (``str(error)``).
+        key: the lock's key.
+        record: the holder's record.
+        retry_after: seconds until the holder's lease ends, kept as ``retry_after``.
+    """
 
     def __init__(
         self, message: str, *, key: str, record: Record | None = None, retry_after: float = 0.0
@@ -174,6 +197,13 @@ class StoredFailureError(ClaimError):
     """Replay of a failure stored under ``on_error="store"``.
 
     ``error_type`` and ``error_message`` describe the first run's exception.
+
+    Args:
+        message: the error's text (``str(error)``).
+        key: the key whose failure is replayed.
+        record: its record.
+        error_type: the first run's exception class name, kept as ``error_type``.
+        error_message: the first run's exception text, kept as ``error_message``.
     """
 
     def __init__(
@@ -201,6 +231,9 @@ class UnknownOutcomeError(IdemError):
     answer was lost. It is never re-run by itself; an operator (or the bot) settles it
     (``Idem.resolve``; for a call also ``Outbox.resolve`` / ``Outbox.redrive``).
 
+    Args:
+        message: the error's text (``str(error)``).
+
     Attributes:
         key: the step's, action's or call's key.
         entry: what is known: a :class:`telegram_idem.ledger.LedgerEntry` for a step or
@@ -216,6 +249,9 @@ class UnknownOutcomeError(IdemError):
 class ResolveError(IdemError):
     """``Idem.resolve`` of a key that has nothing to settle: no unknown step, action or
     call under it, or it was settled (or completed) already.
+
+    Args:
+        message: the error's text (``str(error)``).
 
     Attributes:
         key: the key given.
@@ -249,7 +285,12 @@ class AmbiguousEffectError(EffectError):
 
 
 class SendError(IdemError):
-    """An outbox call that did not deliver. ``key`` is its effect key."""
+    """An outbox call that did not deliver. ``key`` is its effect key.
+
+    Args:
+        message: the error's text (``str(error)``).
+        key: the call's effect key, kept as ``key``.
+    """
 
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)
@@ -258,6 +299,10 @@ class SendError(IdemError):
 
 class SendFailedError(SendError):
     """Telegram refused the call for good; the entry is a dead letter (redrivable).
+
+    Args:
+        message: the error's text (``str(error)``).
+        key: the call's effect key.
 
     Attributes:
         error_code: Telegram's ``error_code`` (400, 403, ...), or ``None``.
@@ -283,7 +328,12 @@ class DeliveryTimeoutError(SendError):
 
 
 class CallbackTokenError(IdemError):
-    """Callback data that does not resolve to a server-side payload. ``data`` is what came."""
+    """Callback data that does not resolve to a server-side payload. ``data`` is what came.
+
+    Args:
+        message: the error's text (``str(error)``).
+        data: the callback data that came, kept as ``data``.
+    """
 
     def __init__(self, message: str, *, data: str) -> None:
         super().__init__(message)

@@ -773,7 +773,8 @@ class UpdateFactory:
         created or changed; ``user`` owns it, ``bot`` is the managed bot. No chat.
 
         Args:
-            bot: the managed bot (a ``User`` dict with ``is_bot``); default a new bot user.
+            bot: the managed bot (a ``User`` dict with ``is_bot``); default a fixed bot
+                user (id 7100000001).
             user: the bot's owner; default the factory's ``user``.
             update_id: the ``update_id``; default the next one (:meth:`next_update_id`).
             overrides: fields merged into the update's object (nested dicts merged), e.g.

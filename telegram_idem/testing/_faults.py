@@ -107,7 +107,24 @@ class Fault:
         parameters: dict[str, Any] | None = None,
     ) -> Fault:
         """Any error answer: HTTP ``status`` (400-599) with ``description`` (default: the
-        HTTP reason phrase). Raises `ValueError` for another status or ``times`` < 1."""
+        HTTP reason phrase).
+
+        Args:
+            status: the HTTP status and ``error_code`` (400-599).
+            description: the answer's ``description``; default the HTTP reason phrase.
+            method: only calls of this Bot API method (case-insensitive); ``None``: any
+                method.
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+            applied: the call takes effect before the error answer (a lost success).
+            parameters: the answer's ``parameters`` (``retry_after``,
+                ``migrate_to_chat_id``), or ``None``.
+
+        Raises:
+            ValueError: another status, or ``times`` < 1.
+        """
         text = description if description is not None else HTTPStatus(status).phrase
         return cls(
             FaultKind.ERROR,
@@ -132,7 +149,17 @@ class Fault:
         """Flood control: 429 ``"Too Many Requests: retry after N"`` with
         ``parameters.retry_after`` = ``seconds`` (int, as Telegram sends it). With neither
         ``method`` nor ``chat_id`` it hits every call of the bot (aiogram raises
-        ``TelegramRetryAfter``, python-telegram-bot ``RetryAfter``)."""
+        ``TelegramRetryAfter``, python-telegram-bot ``RetryAfter``).
+
+        Args:
+            seconds: the wait Telegram asks for, seconds (``parameters.retry_after``).
+            method: only calls of this Bot API method (case-insensitive); ``None``: any
+                method.
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+        """
         return cls.error(
             429,
             f"Too Many Requests: retry after {seconds}",
@@ -154,7 +181,18 @@ class Fault:
         """Accept, then drop: the call takes effect (unless ``applied=False``) and the
         connection is closed without an answer. The client cannot tell whether it was
         sent (aiogram raises ``TelegramNetworkError``, python-telegram-bot
-        ``NetworkError``)."""
+        ``NetworkError``).
+
+        Args:
+            method: only calls of this Bot API method (case-insensitive); ``None``: any
+                method.
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+            applied: the call takes effect before the connection is closed (default);
+                ``False``: it does not.
+        """
         return cls(FaultKind.DROP, method=method, chat_id=chat_id, times=times, applied=applied)
 
     @classmethod
@@ -168,7 +206,20 @@ class Fault:
     ) -> Fault:
         """The call takes effect at once; its answer comes after ``seconds`` (a client
         with a shorter timeout gives up: python-telegram-bot ``TimedOut``, aiogram
-        ``TelegramNetworkError``). Raises `ValueError` for ``seconds`` < 0."""
+        ``TelegramNetworkError``).
+
+        Args:
+            seconds: how long the answer is held back, seconds (≥ 0).
+            method: only calls of this Bot API method (case-insensitive); ``None``: any
+                method.
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+
+        Raises:
+            ValueError: ``seconds`` < 0.
+        """
         return cls(
             FaultKind.SLOW,
             method=method,
@@ -189,8 +240,21 @@ class Fault:
         times: int | None = 1,
     ) -> Fault:
         """A 5xx (500 "Internal Server Error", 502 "Bad Gateway", ...); ``applied`` says
-        whether the call took effect before it. Raises `ValueError` for a status outside
-        500-599."""
+        whether the call took effect before it.
+
+        Args:
+            status: the 5xx status.
+            applied: the call takes effect before the error answer.
+            method: only calls of this Bot API method (case-insensitive); ``None``: any
+                method.
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+
+        Raises:
+            ValueError: a status outside 500-599.
+        """
         if not 500 <= status <= 599:
             raise ValueError(f"a server error is 500-599, not {status}")
         return cls.error(status, method=method, chat_id=chat_id, times=times, applied=applied)
@@ -199,7 +263,13 @@ class Fault:
     def blocked(cls, chat_id: int | str, *, times: int | None = None) -> Fault:
         """403 ``"Forbidden: bot was blocked by the user"`` for every call to ``chat_id``,
         until cleared (aiogram ``TelegramForbiddenError``, python-telegram-bot
-        ``Forbidden``)."""
+        ``Forbidden``).
+
+        Args:
+            chat_id: the chat whose user blocked the bot.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+        """
         return cls.error(403, BLOCKED, chat_id=chat_id, times=times)
 
     @classmethod
@@ -211,13 +281,26 @@ class Fault:
         times: int | None = 1,
     ) -> Fault:
         """400 "message is not modified" (:data:`NOT_MODIFIED`); the fake also answers it
-        by itself when an edit sets the text and markup the message already has."""
+        by itself when an edit sets the text and markup the message already has.
+
+        Args:
+            method: only calls of this method; default ``editMessageText`` (``None``: any).
+            chat_id: only calls to this chat (``chat_id`` parameter, ``"123"`` is ``123``);
+                ``None``: any chat.
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+        """
         return cls.error(400, NOT_MODIFIED, method=method, chat_id=chat_id, times=times)
 
     @classmethod
     def query_too_old(cls, *, times: int | None = 1) -> Fault:
         """400 :data:`QUERY_TOO_OLD` for ``answerCallbackQuery`` (aiogram
-        ``TelegramBadRequest``, python-telegram-bot ``BadRequest``)."""
+        ``TelegramBadRequest``, python-telegram-bot ``BadRequest``).
+
+        Args:
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+        """
         return cls.error(400, QUERY_TOO_OLD, method="answerCallbackQuery", times=times)
 
     @classmethod
@@ -225,7 +308,14 @@ class Fault:
         """400 "group chat was upgraded to a supergroup chat" with
         ``parameters.migrate_to_chat_id`` = ``to_chat_id`` for every call to ``chat_id``,
         until cleared (aiogram ``TelegramMigrateToChat``, python-telegram-bot
-        ``ChatMigrated``)."""
+        ``ChatMigrated``).
+
+        Args:
+            chat_id: the group that was upgraded.
+            to_chat_id: the supergroup's id (``parameters.migrate_to_chat_id``).
+            times: how many calls it answers before it is used up (≥ 1); ``None``: until
+                cleared.
+        """
         return cls.error(
             400,
             MIGRATED,
@@ -244,8 +334,14 @@ class Fault:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fault:
-        """A fault from :meth:`to_json`'s form. Raises `ValueError` (unknown fields, a bad
-        kind or bad values)."""
+        """A fault from :meth:`to_json`'s form.
+
+        Args:
+            data: the JSON object (as :meth:`to_json` makes it).
+
+        Raises:
+            ValueError: unknown fields, a bad kind or bad values.
+        """
         known = set(cls.__dataclass_fields__)
         extra = set(data) - known
         if extra:
@@ -262,7 +358,12 @@ class Fault:
     # ----------------------------------------------------------------- matching
 
     def hits(self, method: str, chat_key: int | str | None) -> bool:
-        """Whether a call of ``method`` to ``chat_key`` (``None``: no chat) is hit."""
+        """Whether a call of ``method`` to ``chat_key`` (``None``: no chat) is hit.
+
+        Args:
+            method: the call's method.
+            chat_key: the call's chat (``None``: the call has no chat).
+        """
         if self.method is not None and self.method.lower() != method.lower():
             return False
         return self.chat_id is None or matches_chat(self.chat_id, chat_key)

@@ -147,12 +147,35 @@ def overridden(fn: griffe.Function) -> list[griffe.Function]:
     ]
 
 
+SEE = re.compile(r":(?:meth|func):`~?(?P<target>[\w.]+)`\.?")
+
+
+def delegated(fn: griffe.Function) -> griffe.Function | None:
+    """The function a docstring that is only a reference to it (``":meth:`Idem.run`."``,
+    a protocol mirroring its implementation) delegates its documentation to."""
+    if fn.docstring is None:
+        return None
+    match = SEE.fullmatch(fn.docstring.value.strip())
+    if match is None:
+        return None
+    try:
+        target = package()[match["target"].removeprefix("telegram_idem.")]
+    except KeyError:
+        return None
+    target = resolve(target)
+    return target if isinstance(target, griffe.Function) else None
+
+
 def documented_params(fn: griffe.Function) -> dict[str, str]:
     """Parameter name → its description, from every place the reference shows one: the
-    function's Args, its class's (a constructor), an overridden base method's."""
+    function's Args, its class's (a constructor), an overridden base method's, or the
+    function its docstring only names."""
     found: dict[str, str] = {}
     for base in reversed(overridden(fn)):
         found.update(documented_params(base))
+    target = delegated(fn)
+    if target is not None:
+        found.update(documented_params(target))
     docs = [fn.docstring]
     cls = fn.parent if fn.name == "__init__" else None
     if isinstance(cls, griffe.Class):
@@ -186,7 +209,9 @@ def raised_names(fn: griffe.Function) -> set[str]:
             for n in ast.walk(syntax_tree(path))
             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
             and n.name == fn.name
-            and n.lineno <= (fn.lineno or 0) <= (n.end_lineno or 0)
+            and min([n.lineno, *(d.lineno for d in n.decorator_list)])
+            <= (fn.lineno or 0)
+            <= (n.end_lineno or 0)
         ),
         None,
     )
@@ -209,7 +234,12 @@ def raised_names(fn: griffe.Function) -> set[str]:
 
 
 def documented_raises(fn: griffe.Function) -> str:
-    docs = [fn.docstring, *(base.docstring for base in overridden(fn))]
+    target = delegated(fn)
+    docs = [
+        fn.docstring,
+        *(base.docstring for base in overridden(fn)),
+        *([target.docstring] if target is not None else []),
+    ]
     if fn.name == "__init__" and isinstance(fn.parent, griffe.Class):
         docs.append(fn.parent.docstring)
     return " ".join(
