@@ -237,7 +237,12 @@ class KeyBuilder:
     prefix: str = "idem"
 
     def update(self, bot_id: int, update_id: int) -> str:
-        """Key of the update guard for ``(bot_id, update_id)``."""
+        """Key of the update guard for ``(bot_id, update_id)``.
+
+        Args:
+            bot_id: the bot's id.
+            update_id: the update's ``update_id``.
+        """
         return bounded_key(f"{self.prefix}:{bot_id}:u:{update_id}")
 
     def action(self, bot_id: int, action: str) -> str:
@@ -249,6 +254,10 @@ class KeyBuilder:
         steer an action onto another action's step record. Such a name is escaped
         injectively by :func:`escape_action` (a backslash before those separators, and
         backslashes doubled), so distinct names keep distinct keys.
+
+        Args:
+            bot_id: the bot's id.
+            action: the action's name (a rendered key template).
         """
         return bounded_key(f"{self.prefix}:{bot_id}:a:{escape_action(action)}")
 
@@ -269,22 +278,48 @@ class KeyBuilder:
         return bounded_key(f"{action_key}:s:{name}")
 
     def lock(self, bot_id: int, name: str) -> str:
-        """Key of a lock."""
+        """Key of a lock.
+
+        Args:
+            bot_id: the bot's id.
+            name: the lock's name.
+        """
         return bounded_key(f"{self.prefix}:{bot_id}:l:{name}")
 
     def effect(self, bot_id: int, name: str) -> str:
-        """The effect key of an outbox call named by the caller (outside an action)."""
+        """The effect key of an outbox call named by the caller (outside an action).
+
+        Args:
+            bot_id: the bot's id.
+            name: the name the caller gave the call.
+        """
         return bounded_key(f"{self.prefix}:{bot_id}:o:{name}")
 
     def call(self, action_key: str, digest: str, n: int) -> str:
         """The effect key of the ``n``-th call (from 0) with content ``digest`` made inside
-        the action or step ``action_key``."""
+        the action or step ``action_key``.
+
+        Args:
+            action_key: the key of the action or step making the call.
+            digest: the call's content digest (:func:`~telegram_idem.outbox.call_digest`).
+            n: which call with that content, from 0.
+        """
         return bounded_key(f"{action_key}:o:{digest}:{n}")
 
     def flood(self, bot_id: int, scope: str) -> str:
-        """The key of a flood-control budget (``global``, ``chat:<id>``, ``pause``...)."""
+        """The key of a flood-control budget (``global``, ``chat:<id>``, ``pause``...).
+
+        Args:
+            bot_id: the bot's id.
+            scope: the budget's scope (``global``, ``chat:<id>``, ``pause``…).
+        """
         return bounded_key(f"{self.prefix}:{bot_id}:f:{scope}")
 
     def callback(self, bot_id: int, token_id: str) -> str:
-        """Key of a callback token's server-side payload."""
+        """Key of a callback token's server-side payload.
+
+        Args:
+            bot_id: the bot's id.
+            token_id: the callback token's id.
+        """
         return bounded_key(f"{self.prefix}:{bot_id}:cb:{token_id}")

@@ -29,7 +29,12 @@ __all__ = ["decide_claim", "do_complete", "do_extend", "do_fail", "do_release", 
 
 
 def is_live(record: Record | None, now: float) -> bool:
-    """True if ``record`` exists and its retention has not expired at ``now``."""
+    """True if ``record`` exists and its retention has not expired at ``now``.
+
+    Args:
+        record: the key's current record, or ``None``.
+        now: the store's clock, seconds since the epoch.
+    """
     return record is not None and record.expires_at > now
 
 
@@ -100,6 +105,13 @@ def do_complete(
     """The completed record, or ``None`` if ``token`` no longer holds the key.
 
     A holder whose lease ran out but whose key nobody took over may still complete.
+
+    Args:
+        record: the key's current record, or ``None``.
+        token: the holder's fencing token.
+        result: the encoded result.
+        now: the store's clock, seconds since the epoch.
+        retention: seconds the completed record is kept, from ``now``.
     """
     if not _held(record, token, now):
         return None
@@ -119,7 +131,15 @@ def do_complete(
 def do_fail(
     record: Record | None, *, token: int, error: bytes, now: float, retention: float
 ) -> Record | None:
-    """The failed record (a stored failure), or ``None`` if ``token`` no longer holds."""
+    """The failed record (a stored failure), or ``None`` if ``token`` no longer holds.
+
+    Args:
+        record: the key's current record, or ``None``.
+        token: the holder's fencing token.
+        error: the encoded failure.
+        now: the store's clock, seconds since the epoch.
+        retention: seconds the failed record is kept, from ``now``.
+    """
     if not _held(record, token, now):
         return None
     assert record is not None
@@ -127,7 +147,13 @@ def do_fail(
 
 
 def do_release(record: Record | None, *, token: int, now: float) -> Record | None:
-    """The released record (lease ended, fingerprint cleared, token kept), or ``None``."""
+    """The released record (lease ended, fingerprint cleared, token kept), or ``None``.
+
+    Args:
+        record: the key's current record, or ``None``.
+        token: the holder's fencing token.
+        now: the store's clock, seconds since the epoch.
+    """
     if not _held(record, token, now):
         return None
     assert record is not None
@@ -138,6 +164,12 @@ def do_extend(record: Record | None, *, token: int, now: float, lease: float) ->
     """The record with its lease moved to ``now + lease``, or ``None`` if not held.
 
     A holder past its lease may still extend if nobody took over.
+
+    Args:
+        record: the key's current record, or ``None``.
+        token: the holder's fencing token.
+        now: the store's clock, seconds since the epoch.
+        lease: seconds from ``now`` the lease ends.
     """
     if not _held(record, token, now):
         return None

@@ -91,17 +91,31 @@ class StoreURL:
         return self.parts.scheme.lower()
 
     def error(self, problem: str) -> ConfigurationError:
-        """``ConfigurationError("<problem> in <redacted URL>")``, to raise."""
+        """``ConfigurationError("<problem> in <redacted URL>")``, to raise.
+
+        Args:
+            problem: what is wrong, e.g. ``"lease must be > 0"``.
+        """
         return ConfigurationError(f"{problem} in store URL {self.shown}")
 
     def take_text(self, name: str, default: str | None = None) -> str | None:
-        """Option ``name`` as text, or ``default``."""
+        """Option ``name`` as text, or ``default``.
+
+        Args:
+            name: the option's name in the URL query.
+            default: returned when the URL has no such option.
+        """
         return self.options.pop(name, default)
 
     def take_seconds(
         self, name: str, default: float | None, *, allow_zero: bool = False
     ) -> float | None:
         """Option ``name`` in seconds (a finite number > 0, or ≥ 0 with ``allow_zero``).
+
+        Args:
+            name: the option's name in the URL query.
+            default: seconds, returned when the URL has no such option.
+            allow_zero: accept 0.
 
         Raises:
             ConfigurationError: not a number, not finite, or out of range.
@@ -121,6 +135,11 @@ class StoreURL:
     def take_int(self, name: str, default: int | None, *, minimum: int | None = None) -> int | None:
         """Option ``name`` as an integer (at least ``minimum`` if given).
 
+        Args:
+            name: the option's name in the URL query.
+            default: returned when the URL has no such option.
+            minimum: the smallest value accepted; ``None``: any.
+
         Raises:
             ConfigurationError: not an integer, or below ``minimum``.
         """
@@ -138,6 +157,10 @@ class StoreURL:
     def take_bool(self, name: str, default: bool) -> bool:
         """Option ``name`` as a flag: ``1/true/yes/on`` or ``0/false/no/off`` (any case).
 
+        Args:
+            name: the option's name in the URL query.
+            default: returned when the URL has no such option.
+
         Raises:
             ConfigurationError: any other value.
         """
@@ -152,7 +175,11 @@ class StoreURL:
         raise self.error(f"{name} must be true or false, got {raw!r}")
 
     def take_passthrough(self, names: Iterable[str]) -> list[tuple[str, str]]:
-        """Remove and return the options among ``names`` (for the driver), in URL order."""
+        """Remove and return the options among ``names`` (for the driver), in URL order.
+
+        Args:
+            names: the driver's option names.
+        """
         wanted = set(names)
         taken = [(k, v) for k, v in self.options.items() if k in wanted]
         for k, _ in taken:
@@ -170,5 +197,9 @@ class StoreURL:
 
     def with_query(self, query: Iterable[tuple[str, str]]) -> str:
         """The raw URL with its query replaced by ``query`` and no fragment (e.g. a DSN
-        for the driver with only its own options). Holds the password: never show it."""
+        for the driver with only its own options). Holds the password: never show it.
+
+        Args:
+            query: the ``(name, value)`` pairs of the new query.
+        """
         return urlunsplit(self.parts._replace(query=urlencode(list(query)), fragment=""))

@@ -118,6 +118,9 @@ def validate_table_prefix(prefix: str) -> str:
     ``<prefix>_records_expires_at_idx`` and ``<prefix>_inbox_heads_idx`` stay within
     PostgreSQL's 63-byte names).
 
+    Args:
+        prefix: the prefix to check.
+
     Raises:
         ConfigurationError: any other prefix.
     """
@@ -130,7 +133,12 @@ def validate_table_prefix(prefix: str) -> str:
 
 
 def table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
-    """``<table_prefix>_records``. Raises :class:`ConfigurationError` for a bad prefix."""
+    """``<table_prefix>_records``. Raises :class:`ConfigurationError` for a bad prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_records"
 
 
@@ -138,6 +146,11 @@ def records_table(
     metadata: MetaData | None = None, *, table_prefix: str = DEFAULT_TABLE_PREFIX
 ) -> Table:
     """The records table for ``table_prefix``, attached to ``metadata`` (a new one if None).
+
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
@@ -166,7 +179,12 @@ COLUMNS: tuple[str, ...] = tuple(c.name for c in records_table().columns)
 
 
 def inbox_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
-    """``<table_prefix>_inbox``. Raises :class:`ConfigurationError` for a bad prefix."""
+    """``<table_prefix>_inbox``. Raises :class:`ConfigurationError` for a bad prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_inbox"
 
 
@@ -180,6 +198,11 @@ def inbox_table(
     ``(ordering_key, seq)`` over live entries finds the head of an ordering key in one
     probe; ``…_busy_idx`` on ``ordering_key`` over live entries taken at least once (in
     flight, or waiting for a retry) lets a take skip the chats that are busy.
+
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
@@ -219,18 +242,33 @@ INBOX_COLUMNS: tuple[str, ...] = tuple(c.name for c in inbox_table().columns)
 
 
 def outbox_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
-    """``<table_prefix>_outbox``. Raises :class:`ConfigurationError` for a bad prefix."""
+    """``<table_prefix>_outbox``. Raises :class:`ConfigurationError` for a bad prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_outbox"
 
 
 def outbox_parked_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
     """``<table_prefix>_outbox_parked``. Raises :class:`ConfigurationError` for a bad
-    prefix."""
+    prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_outbox_parked"
 
 
 def flood_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
-    """``<table_prefix>_flood``. Raises :class:`ConfigurationError` for a bad prefix."""
+    """``<table_prefix>_flood``. Raises :class:`ConfigurationError` for a bad prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_flood"
 
 
@@ -251,6 +289,11 @@ def outbox_table(
     bot's heads in take order), ``…_collapse_idx`` on ``(bot_id, collapse_key)`` over
     pending entries (latest wins), ``…_settled_idx`` on ``settled_at + retention`` over
     delivered and superseded entries (the retention purge).
+
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
@@ -307,6 +350,11 @@ def outbox_parked_table(
     """The parked chats of the outbox: ``(bot_id, ordering_key)`` primary key and
     ``parked_at`` (seconds since the epoch), attached to ``metadata``.
 
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+
     Raises:
         ConfigurationError: a bad ``table_prefix``.
     """
@@ -325,6 +373,11 @@ def flood_table(
     """The flood-control budgets: ``key`` primary key and ``tat`` (the GCRA theoretical
     arrival time, seconds since the epoch), attached to ``metadata``.
 
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+
     Raises:
         ConfigurationError: a bad ``table_prefix``.
     """
@@ -337,7 +390,12 @@ def flood_table(
 
 
 def ledger_table_name(table_prefix: str = DEFAULT_TABLE_PREFIX) -> str:
-    """``<table_prefix>_ledger``. Raises :class:`ConfigurationError` for a bad prefix."""
+    """``<table_prefix>_ledger``. Raises :class:`ConfigurationError` for a bad prefix.
+
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+    """
     return f"{validate_table_prefix(table_prefix)}_ledger"
 
 
@@ -351,6 +409,11 @@ def ledger_table(
     ``key`` is compared byte-wise (``COLLATE "C"``), so ties in the listing are ordered as
     every other store orders them, by code point; ``…_started_idx`` on ``(started_at,
     key)`` serves the oldest-first listing.
+
+    Args:
+        metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
@@ -396,6 +459,10 @@ def create_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
     parked chats, the flood budgets and the effect ledger with theirs (new tables are
     appended: an existing schema gains them on the next migration).
 
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+
     Raises:
         ConfigurationError: a bad ``table_prefix``.
     """
@@ -412,6 +479,10 @@ def create_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
 def drop_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
     """``DROP TABLE IF EXISTS`` for the prefix's tables (their indexes go with them).
 
+    Args:
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
+
     Raises:
         ConfigurationError: a bad ``table_prefix``.
     """
@@ -427,6 +498,11 @@ async def create_schema(connection: Any, *, table_prefix: str = DEFAULT_TABLE_PR
     Runs in one transaction holding ``pg_advisory_xact_lock`` on the prefix, so
     concurrent migrations (several workers starting with ``auto_create=1``) do not race
     on the catalog.
+
+    Args:
+        connection: an open asyncpg connection (or one acquired from a pool).
+        table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
+            by :func:`validate_table_prefix`).
 
     Raises:
         ConfigurationError: a bad ``table_prefix``.
