@@ -70,7 +70,10 @@ class SentInvoice:
     Attributes:
         chat_id: where.
         message_id: the invoice message.
-        title, description, payload, currency: as sent.
+        title: the invoice's title, as sent.
+        description: its description, as sent.
+        payload: the bot's own payload (its order id), as sent.
+        currency: the ISO 4217 code, or ``XTR`` for Telegram Stars, as sent.
         total_amount: the sum of ``prices`` (Stars: whole stars).
         prices: the ``LabeledPrice`` list as sent.
         message: the Message answered.
@@ -133,7 +136,16 @@ class Charge:
 
 @dataclass(slots=True)
 class Payments:
-    """The payment state of one fake (``FakeBotAPI.payments``)."""
+    """The payment state of one fake (``FakeBotAPI.payments``).
+
+    Attributes:
+        pre_checkout_answer_window: seconds after a pre-checkout query was made known
+            within which ``answerPreCheckoutQuery`` succeeds; ``None``: no window.
+        clock: the monotonic clock, seconds, the window is judged by.
+        invoices: every invoice ``sendInvoice`` sent, in order.
+        pre_checkout_answers: every accepted ``answerPreCheckoutQuery``, in order.
+        charges: the known charges, by ``telegram_payment_charge_id``.
+    """
 
     pre_checkout_answer_window: float | None = PRE_CHECKOUT_DEADLINE
     clock: Callable[[], float] = time.monotonic
@@ -146,7 +158,11 @@ class Payments:
 
     def learn(self, update: Mapping[str, Any]) -> None:
         """Note a pre-checkout query (its deadline starts now) or a successful payment
-        (its charge becomes refundable) that ``update`` carries; other updates: nothing."""
+        (its charge becomes refundable) that ``update`` carries; other updates: nothing.
+
+        Args:
+            update: the Bot API update.
+        """
         query = update.get("pre_checkout_query")
         if isinstance(query, Mapping) and query.get("id") is not None:
             self._queries.setdefault(str(query["id"]), self.clock())
@@ -164,11 +180,22 @@ class Payments:
     def add_charge(
         self, charge_id: str, *, user_id: int, total_amount: int, payload: str = ""
     ) -> Charge:
-        """Make a charge known (kept as it is when known already); returns it."""
+        """Make a charge known (kept as it is when known already); returns it.
+
+        Args:
+            charge_id: the ``telegram_payment_charge_id``.
+            user_id: the user who paid (only they can be refunded).
+            total_amount: the amount paid (Stars: whole stars).
+            payload: the invoice payload.
+        """
         return self.charges.setdefault(charge_id, Charge(charge_id, user_id, total_amount, payload))
 
     def answered(self, query_id: str) -> list[PreCheckoutAnswer]:
-        """The accepted answers to one pre-checkout query, oldest first."""
+        """The accepted answers to one pre-checkout query, oldest first.
+
+        Args:
+            query_id: the pre-checkout query's id.
+        """
         return [a for a in self.pre_checkout_answers if a.query_id == str(query_id)]
 
     # ------------------------------------------------------------------ methods
@@ -176,7 +203,18 @@ class Payments:
     def send_invoice(self, params: Mapping[str, Any], message: dict[str, Any]) -> SentInvoice:
         """Check ``sendInvoice``'s parameters and fill ``message`` (the Message the fake
         made: ``message_id``, ``from``, ``chat``, ``date``) with its ``invoice`` and
-        markup. Raises :class:`PaymentError` for bad parameters."""
+        markup.
+
+        Args:
+            params: the call's decoded parameters.
+            message: the Message the fake made (``message_id``, ``from``, ``chat``,
+                ``date``), filled in place.
+
+        Raises:
+            PaymentError: bad parameters (the Bot API's ``description``:
+                ``INVOICE_TITLE_INVALID``, ``STARS_INVOICE_INVALID``,
+                ``PAYMENT_PROVIDER_INVALID``…).
+        """
         title, description = params.get("title"), params.get("description")
         payload, currency = params.get("payload"), params.get("currency")
         prices = params.get("prices")
@@ -223,8 +261,15 @@ class Payments:
         return invoice
 
     def answer_pre_checkout_query(self, params: Mapping[str, Any]) -> bool:
-        """``answerPreCheckoutQuery``. Raises :class:`PaymentError`: no query id, ``ok``
-        false without an ``error_message``, or the answer came after the window."""
+        """``answerPreCheckoutQuery``.
+
+        Args:
+            params: the call's decoded parameters.
+
+        Raises:
+            PaymentError: no query id, no ``ok``, ``ok`` false without an ``error_message``,
+                or the answer came after the window.
+        """
         query_id = params.get("pre_checkout_query_id")
         ok = params.get("ok")
         if not query_id:
@@ -245,8 +290,15 @@ class Payments:
         return True
 
     def refund_star_payment(self, params: Mapping[str, Any]) -> bool:
-        """``refundStarPayment``. Raises :class:`PaymentError`: ``CHARGE_NOT_FOUND`` (not
-        known, or another user's), ``CHARGE_ALREADY_REFUNDED``."""
+        """``refundStarPayment``.
+
+        Args:
+            params: the call's decoded parameters.
+
+        Raises:
+            PaymentError: ``CHARGE_NOT_FOUND`` (not known, or another user's),
+                ``CHARGE_ALREADY_REFUNDED``.
+        """
         charge = self.charges.get(str(params.get("telegram_payment_charge_id") or ""))
         user = params.get("user_id")
         if charge is None or str(charge.user_id) != str(user):

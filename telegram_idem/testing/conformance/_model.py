@@ -51,16 +51,35 @@ class ClaimTable:
         self.rows: dict[str, dict[str, Any]] = {}
 
     def live(self, key: str, now: float) -> dict[str, Any] | None:
+        """The record of ``key`` if its retention has not ended at ``now``, else ``None``.
+
+        Args:
+            key: the record's key.
+            now: the model's clock, seconds since the epoch.
+        """
         row = self.rows.get(key)
         return row if row is not None and row["expires"] > now else None
 
     def forget(self, key: str) -> None:
-        """The store purged the expired record: its token sequence starts again."""
+        """The store purged the expired record: its token sequence starts again.
+
+        Args:
+            key: the record's key.
+        """
         self.rows.pop(key, None)
 
     def claim(
         self, key: str, fp: str | None, now: float, lease: float, retention: float
     ) -> tuple[str, dict[str, Any]]:
+        """Claim ``key``: ``(outcome, the record after it)``, the outcome one of ``acquired``, ``replay``, ``failed``, ``in_progress``, ``conflict``.
+
+        Args:
+            key: the record's key.
+            fp: the claimant's fingerprint, or ``None`` (matches any).
+            now: the model's clock, seconds since the epoch.
+            lease: seconds the acquired lease lasts.
+            retention: seconds the record is kept.
+        """
         row = self.rows.get(key)
         if row is None or row["expires"] <= now:  # no record, or retention over
             token = row["token"] + 1 if row is not None else 1
@@ -101,6 +120,15 @@ class ClaimTable:
         return row
 
     def complete(self, key: str, token: int, result: bytes, now: float, retention: float) -> bool:
+        """Store ``result`` and mark the record completed, if ``token`` holds it.
+
+        Args:
+            key: the record's key.
+            token: the holder's token.
+            result: the result bytes.
+            now: the model's clock, seconds since the epoch.
+            retention: seconds the completed record is kept, from ``now``.
+        """
         row = self._held(key, token, now)
         if row is None:
             return False
@@ -108,6 +136,15 @@ class ClaimTable:
         return True
 
     def fail(self, key: str, token: int, error: bytes, now: float, retention: float) -> bool:
+        """Store ``error`` and mark the record failed, if ``token`` holds it.
+
+        Args:
+            key: the record's key.
+            token: the holder's token.
+            error: the failure bytes.
+            now: the model's clock, seconds since the epoch.
+            retention: seconds the failed record is kept, from ``now``.
+        """
         row = self._held(key, token, now)
         if row is None:
             return False
@@ -115,6 +152,13 @@ class ClaimTable:
         return True
 
     def release(self, key: str, token: int, now: float) -> bool:
+        """End the lease (the token stays), if ``token`` holds it.
+
+        Args:
+            key: the record's key.
+            token: the holder's token.
+            now: the model's clock, seconds since the epoch.
+        """
         row = self._held(key, token, now)
         if row is None:
             return False
@@ -122,6 +166,14 @@ class ClaimTable:
         return True
 
     def extend(self, key: str, token: int, now: float, lease: float) -> bool:
+        """Move the lease end to ``now + lease``, if ``token`` holds it.
+
+        Args:
+            key: the record's key.
+            token: the holder's token.
+            now: the model's clock, seconds since the epoch.
+            lease: seconds from ``now`` the lease ends.
+        """
         row = self._held(key, token, now)
         if row is None:
             return False
