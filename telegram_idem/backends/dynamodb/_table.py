@@ -24,7 +24,11 @@ _CCF: Final = "ConditionalCheckFailedException"
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """The answer to one conditional write."""
+    """The answer to one conditional write.
+
+    Attributes:
+        written: the condition held and the item was written.
+    """
 
     written: bool
     current: Item | None = None
@@ -72,7 +76,17 @@ class Table:
         return Write(True, item=(written or {}).get("Attributes") or None)
 
     async def put(self, item: Item, condition: str, values: Mapping[str, Any]) -> Write:
-        """``PutItem`` if ``condition`` holds. Raises the driver's errors untranslated."""
+        """``PutItem`` if ``condition`` holds.
+
+        Args:
+            item: the whole item, DynamoDB typed.
+            condition: the ``ConditionExpression``.
+            values: the ``ExpressionAttributeValues`` (``:name`` → DynamoDB typed value).
+
+        Raises:
+            botocore.exceptions.ClientError: the driver's errors (botocore
+                ``ClientError``…), untranslated.
+        """
         return await self._conditional("put_item", condition, Item=item, values=values)
 
     async def update(
@@ -86,7 +100,19 @@ class Table:
     ) -> Write:
         """``UpdateItem`` of ``key`` if ``condition`` holds (never creates the item: every
         condition used requires the token); with ``return_new``, ``Write.item`` is the
-        item after it. Raises the driver's errors untranslated."""
+        item after it.
+
+        Args:
+            key: the item's partition key (``pk``).
+            update: the ``UpdateExpression``.
+            condition: the ``ConditionExpression``.
+            values: the ``ExpressionAttributeValues`` (``:name`` → DynamoDB typed value).
+            return_new: ask for the item after the write (``ReturnValues=ALL_NEW``).
+
+        Raises:
+            botocore.exceptions.ClientError: the driver's errors (botocore
+                ``ClientError``…), untranslated.
+        """
         extra: dict[str, Any] = {"ReturnValues": "ALL_NEW"} if return_new else {}
         return await self._conditional(
             "update_item",
@@ -98,8 +124,17 @@ class Table:
         )
 
     async def delete(self, key: str, condition: str, values: Mapping[str, Any]) -> Write:
-        """``DeleteItem`` of ``key`` if ``condition`` holds. Raises the driver's errors
-        untranslated."""
+        """``DeleteItem`` of ``key`` if ``condition`` holds.
+
+        Args:
+            key: the item's partition key (``pk``).
+            condition: the ``ConditionExpression``.
+            values: the ``ExpressionAttributeValues`` (``:name`` → DynamoDB typed value).
+
+        Raises:
+            botocore.exceptions.ClientError: the driver's errors (botocore
+                ``ClientError``…), untranslated.
+        """
         return await self._conditional(
             "delete_item", condition, Key={"pk": string(key)}, values=values
         )
@@ -116,8 +151,20 @@ class Table:
     ) -> tuple[list[Item], Item | None]:
         """One page of a ``Query`` on the global secondary index ``index``, ascending by
         its sort key: ``(items, last_evaluated_key)`` (``None`` on the last page).
-        ``limit`` counts items read before ``filter``. Raises the driver's errors
-        untranslated."""
+        ``limit`` counts items read before ``filter``.
+
+        Args:
+            index: the global secondary index's name.
+            key_condition: the ``KeyConditionExpression``.
+            values: the ``ExpressionAttributeValues`` (``:name`` → DynamoDB typed value).
+            filter: a ``FilterExpression`` (``""``: none).
+            limit: the most items read for this page (before ``filter``).
+            start: the previous page's ``last_evaluated_key``; ``None``: the first page.
+
+        Raises:
+            botocore.exceptions.ClientError: the driver's errors (botocore
+                ``ClientError``…), untranslated.
+        """
         kwargs: dict[str, Any] = {"FilterExpression": filter} if filter else {}
         if start is not None:
             kwargs["ExclusiveStartKey"] = start
@@ -135,7 +182,15 @@ class Table:
         return items, response.get("LastEvaluatedKey") or None
 
     async def get(self, key: str) -> Item | None:
-        """Strongly consistent ``GetItem``. Raises the driver's errors untranslated."""
+        """Strongly consistent ``GetItem``.
+
+        Args:
+            key: the item's partition key (``pk``).
+
+        Raises:
+            botocore.exceptions.ClientError: the driver's errors (botocore
+                ``ClientError``…), untranslated.
+        """
         response = await self.client.get_item(
             TableName=self.table, Key={"pk": string(key)}, ConsistentRead=True
         )

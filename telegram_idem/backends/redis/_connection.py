@@ -158,7 +158,11 @@ class RedisConnection:
     def failure(self, exc: Exception) -> Exception:
         """The exception to raise for ``exc``: itself (a driver error, which
         :meth:`translate` turns into a library error, or a bug), or the library error
-        for a failed cluster discovery. A driver error makes a cluster re-discover."""
+        for a failed cluster discovery. A driver error makes a cluster re-discover.
+
+        Args:
+            exc: what a round trip raised.
+        """
         if isinstance(exc, REDIS_ERRORS.transient):
             self._discovered = False  # a cluster client re-discovers after an outage
             return exc
@@ -167,7 +171,11 @@ class RedisConnection:
         return exc
 
     def is_outage(self, exc: Exception) -> bool:
-        """``exc`` means "cannot answer now" (not a mistake, not a bug)."""
+        """``exc`` means "cannot answer now" (not a mistake, not a bug).
+
+        Args:
+            exc: what a round trip raised.
+        """
         if is_config(exc):
             return False
         return (
@@ -178,11 +186,20 @@ class RedisConnection:
 
     def translate(self, op: str, exc: Exception) -> IdemError | None:
         """The library error for ``exc`` raised by ``op``, or ``None`` if not redis-py's
-        (see :func:`telegram_idem.backends.redis._errors.translate`)."""
+        (see :func:`telegram_idem.backends.redis._errors.translate`).
+
+        Args:
+            op: the operation's name, for the message (``claim``, ``inbox.take``…).
+            exc: what it raised.
+        """
         return translate(f"{self.label}.{op}", exc)
 
     def call(self, op: str, fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
         """``fn()`` as operation ``op``, its driver errors translated.
+
+        Args:
+            op: the operation's name, for error messages.
+            fn: the round trip(s), untranslated.
 
         Raises:
             StoreError: Redis cannot answer now, or the connection is closed.
@@ -194,6 +211,11 @@ class RedisConnection:
 
     async def run(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """One script (``EVALSHA``, ``EVAL`` on ``NOSCRIPT``), through the gate.
+
+        Args:
+            script: the Lua script.
+            keys: its ``KEYS`` (one slot on a cluster).
+            args: its ``ARGV``.
 
         Raises:
             redis.exceptions.RedisError: untranslated (:meth:`call` translates), or the
@@ -210,7 +232,15 @@ class RedisConnection:
             raise failure from exc
 
     async def execute(self, fn: Callable[[RedisClient], Awaitable[T]]) -> T:
-        """``fn(client)``: plain commands (one round trip), through the gate, like :meth:`run`."""
+        """``fn(client)``: plain commands (one round trip), through the gate, like :meth:`run`.
+
+        Args:
+            fn: the commands, given the redis-py client.
+
+        Raises:
+            redis.exceptions.RedisError: untranslated, as :meth:`run`, or the library error
+                of a failed discovery.
+        """
         await self.ready()
         try:
             async with self._gate:
@@ -229,6 +259,11 @@ class RedisConnection:
         the nodes in parallel; on a single node 1 round trip (a pipeline without
         ``MULTI``). Batches answered ``NOSCRIPT`` did not run; they are sent again as
         ``EVAL`` in a second pipeline. Answers in batch order.
+
+        Args:
+            script: the Lua script.
+            batches: the ``KEYS`` of each run (each batch one slot on a cluster).
+            args: the ``ARGV`` of every run.
 
         Raises:
             redis.exceptions.RedisError: the first outage among the batches' errors, else
@@ -264,7 +299,14 @@ class RedisConnection:
     ) -> list[Any]:
         """One ``command`` (EVALSHA with a SHA, EVAL with a source) per batch in one
         pipeline (a cluster's, or a single node's without ``MULTI``); answers or
-        exceptions in batch order."""
+        exceptions in batch order.
+
+        Args:
+            command: ``EVALSHA`` or ``EVAL``.
+            script: the script's SHA-1 (``EVALSHA``) or source (``EVAL``).
+            batches: the ``KEYS`` of each run.
+            args: the ``ARGV`` of every run.
+        """
         if isinstance(self.client, RedisCluster):
             pipe: Any = self.client.pipeline()
         else:
