@@ -36,19 +36,45 @@ class JoinedRecords(Protocol):
     async def claim(
         self, key: str, *, fingerprint: str | None, lease: float, retention: float
     ) -> Claim:
-        """Claim ``key`` in the transaction (see ``Store.claim``)."""
+        """Claim ``key`` in the transaction (see ``Store.claim``).
+
+        Args:
+            key: the full key.
+            fingerprint: the payload fingerprint, or ``None``.
+            lease: seconds the acquired lease lasts.
+            retention: seconds the record is kept.
+        """
         ...
 
     async def complete(self, key: str, token: int, result: bytes, *, retention: float) -> bool:
-        """Complete ``key`` in the transaction (see ``Store.complete``)."""
+        """Complete ``key`` in the transaction (see ``Store.complete``).
+
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+            result: the encoded result.
+            retention: seconds the completed record is kept, from now.
+        """
         ...
 
     async def fail(self, key: str, token: int, error: bytes, *, retention: float) -> bool:
-        """Store a failure for ``key`` in the transaction (see ``Store.fail``)."""
+        """Store a failure for ``key`` in the transaction (see ``Store.fail``).
+
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+            error: the encoded failure.
+            retention: seconds the failed record is kept, from now.
+        """
         ...
 
     async def release(self, key: str, token: int) -> bool:
-        """Release ``key`` in the transaction (see ``Store.release``)."""
+        """Release ``key`` in the transaction (see ``Store.release``).
+
+        Args:
+            key: the full key.
+            token: the holder's fencing token.
+        """
         ...
 
 

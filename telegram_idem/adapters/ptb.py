@@ -130,6 +130,10 @@ def install_update_guard(application: AnyApplication, idem: Idem, **_: Any) -> N
     (PTB has no hook after the last handler group), so an update whose handler raised was
     never run again.
 
+    Args:
+        application: ignored (the function is removed).
+        idem: ignored.
+
     Raises:
         ConfigurationError: always, naming the replacement.
     """
@@ -206,6 +210,23 @@ def idempotent(
         TypeError: the callback is not an ``async def``.
         ConfigurationError: ``window`` given with ``retention``, or not > 0; a bad
             ``once``, ``on_error`` or error list.
+
+    Args:
+        key: as :func:`telegram_idem.idempotent` (a template over the update, or a
+            callable).
+        fingerprint_fields: as :func:`telegram_idem.idempotent`.
+        in_progress: as :func:`telegram_idem.idempotent` (``"raise"``, ``"wait"``,
+            ``"drop"``).
+        on_error: as :func:`telegram_idem.idempotent` (``"release"`` or ``"store"``).
+        lease: seconds the claim's lease lasts (default the guard's).
+        retention: seconds the result is kept (default the guard's ``action_retention``).
+        wait_timeout: seconds ``in_progress="wait"`` waits (default the lease).
+        window: seconds a finished run is replayed (the double-tap window); not with
+            ``retention``.
+        once: as :func:`telegram_idem.idempotent` (``"at_least"`` or ``"at_most"``).
+        not_applied: as :func:`telegram_idem.idempotent`.
+        permanent: as :func:`telegram_idem.idempotent`.
+        ambiguous: as :func:`telegram_idem.idempotent`.
     """
     guard = _idempotent(
         key=key,
@@ -316,6 +337,9 @@ def ptb_get_updates(
     Call ``await bot.initialize()`` first (``Application.initialize`` does it). The
     webhook must be deleted first: Telegram refuses ``getUpdates`` while one is set (Bot
     API, ``getUpdates``).
+
+    Args:
+        bot: the PTB ``Bot``, initialised.
 
     Returns:
         ``get_updates(offset, limit, timeout_seconds)``, giving the batch's update dicts

@@ -45,6 +45,8 @@ def assert_ran(result: ReplayResult, handler: str | Callable[..., Any], times: i
 
     Args:
         handler: the handler function, or its ``__qualname__`` (or the last part of it).
+        result: what a :class:`Replayer` delivery returned.
+        times: how many runs are expected.
 
     Raises:
         AssertionError: it ran another number of times.
@@ -59,6 +61,10 @@ def assert_ran(result: ReplayResult, handler: str | Callable[..., Any], times: i
 def assert_ran_once(result: ReplayResult, handler: str | Callable[..., Any]) -> None:
     """The body of the ``@idempotent`` handler ran exactly once.
 
+    Args:
+        result: what a :class:`Replayer` delivery returned.
+        handler: the handler function, or its ``__qualname__`` (or the last part of it).
+
     Raises:
         AssertionError: it ran 0 or several times.
     """
@@ -67,6 +73,11 @@ def assert_ran_once(result: ReplayResult, handler: str | Callable[..., Any]) -> 
 
 def assert_step_ran(result: ReplayResult, step: str, times: int) -> None:
     """The named step's function ran exactly ``times`` times.
+
+    Args:
+        result: what a :class:`Replayer` delivery returned.
+        step: the step's name (as given to ``idem.step``).
+        times: how many runs are expected.
 
     Raises:
         AssertionError: it ran another number of times.
@@ -83,6 +94,10 @@ def assert_step_ran(result: ReplayResult, step: str, times: int) -> None:
 
 def assert_step_ran_once(result: ReplayResult, step: str) -> None:
     """The named step's function ran exactly once.
+
+    Args:
+        result: what a :class:`Replayer` delivery returned.
+        step: the step's name.
 
     Raises:
         AssertionError: it ran 0 or several times.
@@ -136,6 +151,7 @@ def assert_no_update_lost(result: ReplayResult, updates: Updates | None = None) 
 
     Args:
         updates: updates (dicts or ids) that must not be lost.
+        result: what a :class:`Replayer` delivery returned.
 
     Raises:
         AssertionError: an update was never processed, or every run of it failed.

@@ -52,11 +52,20 @@ def make_double_tap(
     A deep copy of ``callback_update`` with a new ``update_id`` (default: the original + 1) and
     a new ``callback_query.id`` (default: the original id as a number + 1, Telegram's ids are
     numeric strings); ``from``, ``message``/``inline_message_id``, ``chat_instance`` and
-    ``data`` are unchanged. Raises `ValueError` if the update is not a ``callback_query``.
+    ``data`` are unchanged.
 
     :class:`~telegram_idem.testing.UpdateFactory` never hands out a callback query's
     ``update_id`` + 1 to another update, so the default second tap of a factory-made
     tap is not mistaken for (nor drops) the test's next update.
+
+    Args:
+        callback_update: the first tap (a callback query update).
+        new_update_id: the second tap's ``update_id``; default the first's + 1.
+        new_callback_query_id: the second tap's ``callback_query.id``; default the first's +
+            1.
+
+    Raises:
+        ValueError: the update is not a ``callback_query``.
     """
     original_id = update_id_of(callback_update)
     query = callback_update.get("callback_query")
@@ -74,8 +83,15 @@ def make_double_tap(
 
 
 def load_update(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read one Update JSON file. Raises `ValueError` unless it is an object with an int
-    ``update_id``; `OSError` if the file cannot be read."""
+    """Read one Update JSON file.
+
+    Args:
+        path: the JSON file.
+
+    Raises:
+        ValueError: it is not an object with an int ``update_id``.
+        OSError: the file cannot be read.
+    """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: an update is a JSON object")
@@ -91,7 +107,11 @@ def fixture_names() -> list[str]:
 def load_fixture(name: str) -> dict[str, Any]:
     """A fresh copy of the shipped fixture ``name`` (with or without ``.json``).
 
-    Raises `FileNotFoundError` naming the available fixtures for an unknown name.
+    Args:
+        name: the fixture's name (:func:`fixture_names`), with or without ``.json``.
+
+    Raises:
+        FileNotFoundError: an unknown name (the message lists the fixtures).
     """
     stem = name.removesuffix(".json")
     if stem not in fixture_names():

@@ -176,12 +176,20 @@ class ReplayResult:
         return list(seen.values())
 
     def runs(self, handler: str | Callable[..., Any]) -> int:
-        """Times the body of ``handler`` (a function or its name) ran."""
+        """Times the body of ``handler`` (a function or its name) ran.
+
+        Args:
+            handler: the handler function, or its name.
+        """
         return self.handler_runs[handler_name(handler, self.handler_runs)]
 
     def lost_updates(self, update_ids: Iterable[int] | None = None) -> list[int]:
         """Updates (default: all delivered) whose processing never finished without an
-        error: never processed, or every run failed."""
+        error: never processed, or every run failed.
+
+        Args:
+            update_ids: the updates to look at; ``None``: every update delivered.
+        """
         ids = list(update_ids) if update_ids is not None else [u["update_id"] for u in self.updates]
         return [uid for uid in ids if self.update_runs[uid] - self.update_failures[uid] < 1]
 
@@ -370,7 +378,13 @@ class Replayer:
     async def deliver(
         self, updates: Sequence[Mapping[str, Any]], *, concurrently: bool = False
     ) -> ReplayResult:
-        """Deliver ``updates`` in order, one at a time (or all at once)."""
+        """Deliver ``updates`` in order, one at a time (or all at once).
+
+        Args:
+            updates: the updates, in delivery order.
+            concurrently: deliver them all at once (``asyncio.gather``) instead of one after
+                another.
+        """
 
         async def run() -> list[Delivery]:
             if concurrently:
@@ -382,6 +396,10 @@ class Replayer:
     async def sequential(self, update: Mapping[str, Any], times: int = 2) -> ReplayResult:
         """Deliver ``update`` ``times`` times, each after the previous answered.
 
+        Args:
+            update: the Bot API update.
+            times: how many copies (≥ 1).
+
         Raises:
             ValueError: ``times`` < 1.
         """
@@ -389,6 +407,10 @@ class Replayer:
 
     async def concurrent(self, update: Mapping[str, Any], times: int = 2) -> ReplayResult:
         """Deliver ``update`` ``times`` times at once.
+
+        Args:
+            update: the Bot API update.
+            times: how many copies (≥ 1).
 
         Raises:
             ValueError: ``times`` < 1.
@@ -405,6 +427,13 @@ class Replayer:
     ) -> ReplayResult:
         """Deliver ``times`` copies of ``update`` alternating with ``others``
         (``u, o1, u, o2, u, …``), one at a time or all at once.
+
+        Args:
+            update: the update repeated.
+            others: the updates delivered between its copies.
+            times: how many copies (≥ 1).
+            concurrently: deliver them all at once (``asyncio.gather``) instead of one after
+                another.
 
         Raises:
             ValueError: ``times`` < 1.
@@ -427,6 +456,12 @@ class Replayer:
         :func:`~telegram_idem.testing.make_double_tap`: ``update_id`` + 1, an id
         :class:`~telegram_idem.testing.UpdateFactory` keeps free), at once by default.
 
+        Args:
+            callback_update: the first tap (a callback query update).
+            second: the second tap; default :func:`~telegram_idem.testing.make_double_tap`
+                of the first.
+            concurrently: deliver both at once (default) instead of one after the other.
+
         Raises:
             ValueError: ``callback_update`` is not a callback query update.
         """
@@ -441,6 +476,9 @@ class Replayer:
 
         A webhook target is POSTed to by :class:`~telegram_idem.testing.TelegramDelivery`;
         an in-process target "fails" when it raises.
+
+        Args:
+            update: the Bot API update.
         """
         if isinstance(self.target, WebhookTarget):
             return await self._record([update], lambda: self._telegram_http(update))

@@ -180,6 +180,9 @@ def selected_stores(config: pytest.Config) -> list[str]:
     """The stores ``idem_store`` is parametrised over: ``--idem-stores``, else
     ``IDEM_STORES``, else the ini option ``idem_stores`` (default ``memory,sqlite``).
 
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+
     Raises:
         pytest.UsageError: an unknown store name.
     """
@@ -200,7 +203,11 @@ def selected_stores(config: pytest.Config) -> list[str]:
 
 def stores_required(config: pytest.Config) -> bool:
     """True when a selected store that cannot run must fail its tests: the flag
-    ``--idem-require-stores``, ``IDEM_REQUIRE_STORES=1`` or ini ``idem_require_stores``."""
+    ``--idem-require-stores``, ``IDEM_REQUIRE_STORES=1`` or ini ``idem_require_stores``.
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+    """
     if config.getoption("idem_require_stores", None):
         return True
     if os.environ.get("IDEM_REQUIRE_STORES") == "1":
@@ -209,7 +216,13 @@ def stores_required(config: pytest.Config) -> bool:
 
 
 def configured_url(config: pytest.Config, name: str) -> str | None:
-    """The URL of server store ``name`` from its flag, environment variable or ini option."""
+    """The URL of server store ``name`` from its flag, environment variable or ini option.
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+        name: the server store's name: ``postgres``, ``redis``, ``redis-cluster`` or
+            ``dynamodb``.
+    """
     store = SERVER_STORES[name]
     for value in (
         config.getoption(store.ini, None),
@@ -226,6 +239,11 @@ def server_url(config: pytest.Config, name: str) -> str | None:
     what a ``pytest_idem_server_url`` hook names, else a container's; ``None`` when there
     is none. Found once per session (a hook or a container is asked at most once).
 
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+        name: the server store's name: ``postgres``, ``redis``, ``redis-cluster`` or
+            ``dynamodb``.
+
     Raises:
         KeyError: ``name`` is not a server store.
     """
@@ -233,7 +251,13 @@ def server_url(config: pytest.Config, name: str) -> str | None:
 
 
 def require_server_url(config: pytest.Config, name: str) -> str:
-    """:func:`server_url`, or :func:`store_missing` with the reason there is none."""
+    """:func:`server_url`, or :func:`store_missing` with the reason there is none.
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+        name: the server store's name: ``postgres``, ``redis``, ``redis-cluster`` or
+            ``dynamodb``.
+    """
     url, reason = _find(config, name)
     if url is None:
         store_missing(config, reason)
@@ -242,7 +266,12 @@ def require_server_url(config: pytest.Config, name: str) -> str:
 
 def store_missing(config: pytest.Config, reason: str) -> NoReturn:
     """Skip the current test because a store or its server cannot run here; fail it
-    instead when stores are required (:func:`stores_required`)."""
+    instead when stores are required (:func:`stores_required`).
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+        reason: why the store cannot run, shown in the skip or failure.
+    """
     if stores_required(config):
         pytest.fail(f"required store missing: {reason}", pytrace=False)
     pytest.skip(reason)
@@ -251,6 +280,11 @@ def store_missing(config: pytest.Config, reason: str) -> NoReturn:
 def isolated_urls(config: pytest.Config, name: str, directory: Path) -> IsolatedUrls:
     """An :class:`IsolatedUrls` of store ``name`` (SQLite files under ``directory``), its
     server found as for ``idem_store``; call ``close()`` on it when the test ends.
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+        name: the store's name (``memory``, ``sqlite``, or a server store).
+        directory: where SQLite files go (a test's ``tmp_path``).
 
     Raises:
         pytest.skip.Exception: a server store with no server (``pytest.fail`` when stores

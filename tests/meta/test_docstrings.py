@@ -52,7 +52,9 @@ PENDING_OTHER_BRANCHES: set[str] = {
 }
 """Path prefixes (from the repository root) whose objects this test does not hold yet."""
 
-TIME_NAME = re.compile(r"lease|retention|timeout|delay|interval|ttl|grace|window|_after$")
+TIME_NAME = re.compile(
+    r"(?:^|_)(?:lease|retention|timeout|delay|interval|ttl|grace|window)(?:_|$)|_after$"
+)
 UNIT = re.compile(
     r"\bseconds?\b|\bms\b|milliseconds?|\bminutes?\b|\bhours?\b|\d\s*(?:s|ms|min|h)\b"
     r"|timedelta"
