@@ -102,6 +102,9 @@ class StorePolicy(StrEnum):
     def of(cls, value: StorePolicyLike) -> StorePolicy:
         """The policy named ``value`` (a member, ``"fail_closed"`` or ``"fail_open"``).
 
+        Args:
+            value: a :class:`StorePolicy`, or its value as text.
+
         Raises:
             ConfigurationError: another value.
         """

@@ -93,6 +93,10 @@ class Admitted:
     or :meth:`~telegram_idem.Idem.adopt` for an update admitted elsewhere); a shape
     translates :attr:`outcome` into its answer and runs a runnable one with :meth:`run`.
 
+    Args:
+        host: the guard that admitted it (an :class:`AdmissionHost`: the :class:`Idem`),
+            which runs it.
+
     Attributes:
         update: the Bot API update (empty for an inbox entry that keeps something that
             is not an update).

@@ -120,6 +120,9 @@ class CallbackTokens:
     def verify(self, data: str) -> tuple[str, str]:
         """Check shape, signature and expiry without the store; returns ``(prefix, id)``.
 
+        Args:
+            data: the ``callback_data`` a button tap carried.
+
         Raises:
             ForgedCallbackTokenError: not a token this secret signed.
             ExpiredCallbackTokenError: past its expiry.
@@ -137,6 +140,10 @@ class CallbackTokens:
     async def resolve(self, data: str, *, bot_id: int) -> Any:
         """The payload ``data`` stands for.
 
+        Args:
+            data: the ``callback_data`` a button tap carried.
+            bot_id: the bot whose token it is (the store key's bot id).
+
         Raises:
             ForgedCallbackTokenError: not a token this secret signed.
             ExpiredCallbackTokenError: past its expiry.
@@ -151,7 +158,11 @@ class CallbackTokens:
 
     @staticmethod
     def prefix_of(data: str) -> str | None:
-        """The prefix of ``data`` if it has the token shape (unverified), else ``None``."""
+        """The prefix of ``data`` if it has the token shape (unverified), else ``None``.
+
+        Args:
+            data: the ``callback_data`` a button tap carried.
+        """
         match = _TOKEN.fullmatch(data)
         return match.group(1) if match else None
 

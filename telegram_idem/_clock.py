@@ -30,7 +30,14 @@ class ManualClock:
         return self.now
 
     def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds`` (must be ≥ 0; raises ``ValueError`` otherwise)."""
+        """Move time forward by ``seconds``.
+
+        Args:
+            seconds: how far, seconds (≥ 0).
+
+        Raises:
+            ValueError: ``seconds`` < 0.
+        """
         if seconds < 0:
             raise ValueError("a clock cannot go backwards")
         self.now += seconds

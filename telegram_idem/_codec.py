@@ -18,11 +18,19 @@ class ResultCodec(Protocol):
     """Turns results into bytes and back."""
 
     def encode(self, value: Any) -> bytes:
-        """Serialise ``value``; raises :class:`ResultEncodingError` if it cannot."""
+        """Serialise ``value``; raises :class:`ResultEncodingError` if it cannot.
+
+        Args:
+            value: the handler's or step's result.
+        """
         ...
 
     def decode(self, data: bytes) -> Any:
-        """The value ``encode`` was given."""
+        """The value ``encode`` was given.
+
+        Args:
+            data: bytes :meth:`encode` made.
+        """
         ...
 
 
@@ -44,6 +52,9 @@ class JsonCodec:
     def encode(self, value: Any) -> bytes:
         """Serialise ``value``.
 
+        Args:
+            value: the handler's or step's result.
+
         Raises:
             ResultEncodingError: ``value`` is not JSON-serialisable.
         """
@@ -55,5 +66,9 @@ class JsonCodec:
             raise ResultEncodingError(f"cannot store result: {exc}") from exc
 
     def decode(self, data: bytes) -> Any:
-        """The stored value."""
+        """The stored value.
+
+        Args:
+            data: bytes :meth:`encode` made.
+        """
         return json.loads(data)

@@ -217,6 +217,9 @@ def escape_action(name: str) -> str:
 def fingerprint(value: object) -> str:
     """SHA-256 (hex, first 32 chars) of the canonical JSON of ``value``.
 
+    Args:
+        value: what to fingerprint (JSON-serialisable).
+
     Raises:
         TypeError: ``value`` is not JSON-serialisable.
     """

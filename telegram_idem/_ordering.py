@@ -74,6 +74,9 @@ class Ordering:
         """The ordering key of ``update`` (a Bot API ``Update`` as a dict; ``None``: a unit
         of its own).
 
+        Args:
+            update: the Bot API update.
+
         Raises:
             ConfigurationError: a callable ``unit`` returned something other than a
                 non-empty string or ``None``.

@@ -62,6 +62,10 @@ class Claim:
 
     For ``ACQUIRED`` the record is the caller's new record (its ``fencing_token`` is the
     caller's token); otherwise it is the existing record that caused the outcome.
+
+    Attributes:
+        outcome: what the claim decided (:class:`Outcome`).
+        record: the record it is about (see above).
     """
 
     outcome: Outcome

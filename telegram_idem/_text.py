@@ -15,7 +15,11 @@ __all__ = ["storable_text"]
 
 def storable_text(text: str) -> str:
     """``text`` as valid UTF-8 without NUL: each lone surrogate becomes its escape
-    (``\\ud800``) and NUL becomes ``\\x00``; any other text is returned unchanged."""
+    (``\\ud800``) and NUL becomes ``\\x00``; any other text is returned unchanged.
+
+    Args:
+        text: any ``str``.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -94,6 +94,9 @@ def validate_update(obj: object) -> dict[str, Any]:
 def bot_id_from_token(token: str) -> int:
     """The bot id: the number before ``:`` in a bot token (Bot API, "Authorizing your bot").
 
+    Args:
+        token: the bot token (``<bot id>:<secret>``).
+
     Raises:
         ConfigurationError: the token has no numeric part before ``:``.
     """

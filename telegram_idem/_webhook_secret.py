@@ -86,6 +86,9 @@ class SecretCheck:
         """Whether a request whose header holds ``given`` (``None``: absent) is let in.
 
         Every secret is compared, in constant time, whatever matches first.
+
+        Args:
+            given: the ``X-Telegram-Bot-Api-Secret-Token`` header's value, or ``None``.
         """
         if not self.secrets:
             return True

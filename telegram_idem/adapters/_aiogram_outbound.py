@@ -129,6 +129,11 @@ def returned(bot: Bot, method: TelegramMethod[TelegramType], result: Any) -> Tel
     (``method.__returning__``, validated with ``bot`` in the context, so a ``Message``
     is bound to the bot and ``message.answer()`` works on it).
 
+    Args:
+        bot: the aiogram ``Bot`` the result is bound to.
+        method: the aiogram method object that was called.
+        result: Telegram's ``result`` JSON.
+
     Raises:
         pydantic.ValidationError: ``result`` is not what the method returns.
     """
@@ -177,6 +182,11 @@ def to_aiogram_error(err: SendFailedError, method: TelegramMethod[Any]) -> Excep
     404 → ``TelegramNotFound``, 409 → ``TelegramConflictError``, 413 →
     ``TelegramEntityTooLarge``, anything else → ``TelegramAPIError`` (aiogram's
     ``BaseSession.check_response`` rules; Bot API "Making requests").
+
+    Args:
+        err: the outbox's failure (:class:`~telegram_idem.errors.SendFailedError` or
+            :class:`~telegram_idem.errors.ChatParkedError`).
+        method: the aiogram method object that was called.
     """
     if isinstance(err, ChatParkedError):
         cls = _PARKED

@@ -129,6 +129,11 @@ class FastAckWebhook:
         The bot session is yours to close (after this shutdown step, e.g. in
         ``app.on_cleanup``); :class:`IdempotentRequestHandler` closes it itself.
 
+        Args:
+            app: the aiohttp application (not yet frozen).
+            path: the URL path served (POST only).
+            grace: seconds the shutdown waits for the background work.
+
         Raises:
             RuntimeError: the application is already frozen (started).
         """
@@ -142,8 +147,13 @@ class FastAckWebhook:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one webhook POST (see the module's table).
 
+        Args:
+            request: the POST Telegram made to the webhook URL.
+
         Raises:
-            aiohttp.web.HTTPException: 401, 413, 408, 400, 503 or 500 as in the table.
+            aiohttp.web.HTTPException: 401, 413, 408, 400, 503 or 500 as in the table
+                (``HTTPServiceUnavailable``: not admitted; ``HTTPInternalServerError``: the
+                update failed before the answer).
         """
         raw = await read_update(
             request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout
@@ -214,7 +224,11 @@ class FastAckWebhook:
         return "its claim is released, so only a re-delivery runs it again"
 
     async def drain(self, limit: float | None = None) -> None:
-        """Wait for background work to finish (graceful shutdown), at most ``limit`` s."""
+        """Wait for background work to finish (graceful shutdown), at most ``limit`` s.
+
+        Args:
+            limit: seconds to wait at most.
+        """
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=limit)
 
@@ -283,11 +297,19 @@ class IdempotentRequestHandler(SimpleRequestHandler):
         self.shutdown_grace = shutdown_grace
 
     def verify_secret(self, telegram_secret_token: str, bot: Bot) -> bool:
-        """The secret rule of :mod:`telegram_idem._webhook_secret` (constant time)."""
+        """The secret rule of :mod:`telegram_idem._webhook_secret` (constant time).
+
+        Args:
+            telegram_secret_token: the request's ``X-Telegram-Bot-Api-Secret-Token`` header.
+            bot: the bot the request is for (aiogram's signature; unused).
+        """
         return self.webhook.secret.accepts(telegram_secret_token)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
         """Answer one webhook POST (see the module's table).
+
+        Args:
+            request: the POST Telegram made to the webhook URL.
 
         Raises:
             aiohttp.web.HTTPException: as :meth:`FastAckWebhook.handle`.

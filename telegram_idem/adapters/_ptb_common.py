@@ -56,6 +56,9 @@ def update_to_dict(update: Update) -> dict[str, Any]:
     ``*_chat_created`` / ``delete_chat_photo`` service flags left out, as Telegram sends it.
 
     For the shipped fixtures the result equals the received JSON.
+
+    Args:
+        update: the PTB ``Update``.
     """
     data: dict[str, Any] = _strip_false_defaults(update.to_dict())
     return data
@@ -84,6 +87,9 @@ def idem_of(context: AnyContext) -> Idem:
     Found where :class:`~telegram_idem.adapters.ptb.IdempotentUpdateProcessor` (after its
     first update, or its ``attach``) or :func:`~telegram_idem.adapters.ptb.inbox_dispatch`
     registered it, else ``context.bot_data["idem"]`` if you put one there.
+
+    Args:
+        context: a PTB callback's ``context``.
 
     Raises:
         ConfigurationError: neither.

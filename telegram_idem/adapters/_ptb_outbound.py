@@ -80,6 +80,9 @@ def request_params(data: Mapping[str, Any]) -> dict[str, Any]:
     by path (``InputFile(open(path, "rb"), read_file_handle=False)``), in place of their
     ``attach://`` reference in media groups.
 
+    Args:
+        data: the ``data`` PTB gives a rate limiter.
+
     Raises:
         TypeError: a file PTB read into memory (a ``Path``, a file object or bytes given
             to a send method): the outbox stores calls, and cannot store bytes.
@@ -132,6 +135,10 @@ def to_ptb_error(err: SendFailedError) -> Exception:
     (:class:`~telegram_idem.errors.ChatParkedError`) → ``Forbidden``, 409 → ``Conflict``,
     anything else → ``TelegramError`` (PTB's ``BaseRequest.post`` rules; Bot API "Making
     requests").
+
+    Args:
+        err: the outbox's failure (:class:`~telegram_idem.errors.SendFailedError` or
+            :class:`~telegram_idem.errors.ChatParkedError`).
     """
     if isinstance(err, ChatParkedError):
         cls = _PARKED
@@ -200,7 +207,17 @@ class OutboxRateLimiter(BaseRateLimiter[int]):
         rate_limit_args: int | None,
     ) -> JSON:
         """Send the request through the outbox (see the class docstring); the JSON
-        ``result`` PTB expects from ``callback``."""
+        ``result`` PTB expects from ``callback``.
+
+        Args:
+            callback: PTB's coroutine function making the request.
+            args: its positional arguments (PTB's).
+            kwargs: its keyword arguments (PTB's).
+            endpoint: the Bot API method called.
+            data: the request's parameters, as PTB passes them.
+            rate_limit_args: the call's priority, an ``int`` given as ``rate_limit_args=`` (0
+                replies … 10 bulk; ``None``: the default).
+        """
         if goes_direct(endpoint):
             return await callback(*args, **kwargs)
         try:
@@ -256,7 +273,17 @@ class FloodRateLimiter(BaseRateLimiter[int]):
         rate_limit_args: int | None,
     ) -> JSON:
         """Wait for the call's turn, send it, and send it again after a 429 (see the
-        class docstring); the JSON ``result`` of ``callback``."""
+        class docstring); the JSON ``result`` of ``callback``.
+
+        Args:
+            callback: PTB's coroutine function making the request.
+            args: its positional arguments (PTB's).
+            kwargs: its keyword arguments (PTB's).
+            endpoint: the Bot API method called.
+            data: the request's parameters, as PTB passes them.
+            rate_limit_args: the call's priority, an ``int`` given as ``rate_limit_args=`` (0
+                replies … 10 bulk; ``None``: the default).
+        """
         hints = {
             "chat_id": data.get("chat_id"),
             "allow_paid_broadcast": data.get("allow_paid_broadcast") is True,

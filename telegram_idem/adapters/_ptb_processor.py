@@ -235,7 +235,11 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         """Register this guard for ``application`` (for ``idem_of`` and the PTB
         ``idempotent``) and put the failure-detecting error handler first. Done
         automatically on the first update; call it yourself (e.g. in ``post_init``) to
-        use ``idem_of`` before any update arrives. Idempotent."""
+        use ``idem_of`` before any update arrives. Idempotent.
+
+        Args:
+            application: the PTB ``Application`` this processor serves.
+        """
         if application in self._attached:
             return
         register_guard(application, self.idem)
@@ -249,7 +253,11 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
     def hand_over(self, admitted: Admitted) -> None:
         """Give the processor an update admitted before it was queued (a webhook that
         admitted it before answering): that update then runs under this admission
-        instead of being admitted again."""
+        instead of being admitted again.
+
+        Args:
+            admitted: the admission (:meth:`telegram_idem.Idem.admit`).
+        """
         self._handed_over[(admitted.bot_id, admitted.update_id)] = admitted
 
     async def _on_error(self, update: object, context: AnyContext) -> None:
@@ -314,7 +322,12 @@ class IdempotentUpdateProcessor(BaseUpdateProcessor):
         self, update: object, coroutine: Awaitable[Any]
     ) -> None:
         """Wait for the update's chat (``ordered``) and for a free place, then
-        :meth:`do_process_update` (called by PTB)."""
+        :meth:`do_process_update` (called by PTB).
+
+        Args:
+            update: the update PTB dequeued.
+            coroutine: PTB's processing of it.
+        """
         raw = update_to_dict(update) if isinstance(update, Update) else None
         key = self._ordering_key(raw)
         async with self._order.hold(key), self._places:

@@ -100,14 +100,22 @@ log = logging.getLogger("telegram_idem.aiogram")
 
 
 def update_to_dict(update: Update) -> dict[str, Any]:
-    """The update as Bot API JSON (``from``, not ``from_user``), fields as received."""
+    """The update as Bot API JSON (``from``, not ``from_user``), fields as received.
+
+    Args:
+        update: the aiogram ``Update``.
+    """
     return update.model_dump(mode="json", exclude_unset=True, exclude_none=True, by_alias=True)
 
 
 class LazyUpdate(Mapping[str, Any]):
     """An aiogram ``Update`` seen as its Bot API dict, converted only when a field other
     than ``update_id`` is read (a key template, a fingerprint, the decision log), so the
-    update guard alone never pays for the conversion."""
+    update guard alone never pays for the conversion.
+
+    Args:
+        event: the aiogram ``Update``.
+    """
 
     __slots__ = ("_data", "_event")
 
@@ -211,6 +219,9 @@ class IdempotencyMiddleware(BaseMiddleware):
 
         Raises (at start-up, from the dispatcher's ``emit_startup``):
             ConfigurationError: a wiring mistake above.
+
+        Args:
+            dispatcher: the aiogram ``Dispatcher``.
         """
         dispatcher.update.outer_middleware(self)
 
@@ -223,6 +234,10 @@ class IdempotencyMiddleware(BaseMiddleware):
     def check_wiring(self, dispatcher: Dispatcher, *, app: web.Application | None = None) -> None:
         """The start-up checks of :meth:`setup` (``app``: the aiohttp application serving
         the webhook, if any).
+
+        Args:
+            dispatcher: the aiogram ``Dispatcher``.
+            app: the aiohttp application serving the webhook, if any.
 
         Raises:
             ConfigurationError: a handler runs without its ``@idempotent`` wrapper, or the
@@ -305,7 +320,11 @@ def _answering_first() -> BaseRequestHandler | None:
 
 def idem_of(dispatcher: Dispatcher) -> Idem | None:
     """The :class:`~telegram_idem.Idem` of the :class:`IdempotencyMiddleware` registered
-    on ``dispatcher.update``, or ``None``."""
+    on ``dispatcher.update``, or ``None``.
+
+    Args:
+        dispatcher: the aiogram ``Dispatcher``.
+    """
     for middleware in dispatcher.update.outer_middleware:
         if isinstance(middleware, IdempotencyMiddleware):
             return middleware.idem
@@ -373,6 +392,9 @@ def aiogram_get_updates(
     worker (``inbox_dispatch`` raises ``MalformedUpdateError``), and the offset moves past
     it (Bot API, ``getUpdates``: an update is confirmed by a later call with a higher
     ``offset``).
+
+    Args:
+        bot: the aiogram ``Bot``.
     """
 
     async def get_updates(offset: int | None, limit: int, wait: float) -> list[dict[str, Any]]:

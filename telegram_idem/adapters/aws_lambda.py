@@ -229,6 +229,11 @@ class LambdaOffload:
         One event loop is kept for the container's life (not ``asyncio.run`` per
         invocation): store clients made in one warm invocation (aiobotocore, redis-py,
         asyncpg) are tied to the loop that made them, and ``asyncio.run`` closes it.
+
+        Args:
+            event: the Lambda event (a Function URL or API Gateway request, or the worker's
+                own event).
+            context: the Lambda context.
         """
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()

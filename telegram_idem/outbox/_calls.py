@@ -80,7 +80,12 @@ class Answer:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any], *, status: int = 200) -> Answer:
-        """Read an answer body; a body without ``ok`` is a failure with ``status``."""
+        """Read an answer body; a body without ``ok`` is a failure with ``status``.
+
+        Args:
+            body: the decoded JSON answer.
+            status: the HTTP status it came with.
+        """
         params = body.get("parameters") if isinstance(body.get("parameters"), Mapping) else {}
         assert isinstance(params, Mapping)
         retry = params.get("retry_after")
@@ -98,7 +103,14 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The class of an answer, and what it carries."""
+    """The class of an answer, and what it carries.
+
+    Attributes:
+        outcome: the outcome class (the module docstring's table).
+        retry_after: seconds to wait before the next attempt (429), or ``None``.
+        migrate_to_chat_id: the supergroup a migrated group became, or ``None``.
+        description: Telegram's description of the failure (``""`` when delivered).
+    """
 
     outcome: OutcomeClass
     retry_after: float | None = None
@@ -115,7 +127,11 @@ _EXPIRED = ("query is too old", "query id is invalid")
 
 
 def classify(answer: Answer) -> Verdict:
-    """The outcome class of an answer (the table of the module docstring). Never raises."""
+    """The outcome class of an answer (the table of the module docstring). Never raises.
+
+    Args:
+        answer: the Bot API answer.
+    """
     if answer.ok:
         return Verdict(OutcomeClass.DELIVERED)
     code = answer.error_code or 0
@@ -172,7 +188,11 @@ Their default ambiguous policy is ``resend``; every other method (``send*``,
 
 
 def default_policy(method: str) -> AmbiguousPolicy:
-    """``resend`` for :data:`SAFE_TO_REPEAT` and setters (``set*``), else ``hold``."""
+    """``resend`` for :data:`SAFE_TO_REPEAT` and setters (``set*``), else ``hold``.
+
+    Args:
+        method: the Bot API method.
+    """
     if method in SAFE_TO_REPEAT or method.startswith(("set", "get", "delete")):
         return AmbiguousPolicy.RESEND
     return AmbiguousPolicy.HOLD
@@ -185,7 +205,12 @@ COLLAPSING_METHODS = frozenset({"editMessageText", "editMessageCaption", "editMe
 def collapse_key(method: str, params: Mapping[str, Any]) -> str | None:
     """``"<method>:<chat_id>:<message_id>"`` (or ``"<method>:inline:<inline_message_id>"``)
     for :data:`COLLAPSING_METHODS`, else ``None``. A text edit and a markup edit of one
-    message do not collapse into each other: each carries different content."""
+    message do not collapse into each other: each carries different content.
+
+    Args:
+        method: the Bot API method.
+        params: the call's parameters (Bot API names).
+    """
     if method not in COLLAPSING_METHODS:
         return None
     if params.get("inline_message_id") is not None:
@@ -199,7 +224,11 @@ def collapse_key(method: str, params: Mapping[str, Any]) -> str | None:
 def ordering_key_of(params: Mapping[str, Any]) -> str | None:
     """``"chat:<chat_id>"`` when the call names a chat (Bot API ``chat_id``: an integer or
     ``@channelusername``), else ``None``. The same unit the inbox orders a chat's
-    updates by, so a chat's replies go out in the order its updates were processed."""
+    updates by, so a chat's replies go out in the order its updates were processed.
+
+    Args:
+        params: the call's parameters (Bot API names).
+    """
     chat = params.get("chat_id")
     if chat is None or isinstance(chat, bool):
         return None
@@ -212,6 +241,9 @@ class FileRef:
 
     (Bot API "Sending files": a ``file_id`` or an HTTP URL is a plain string parameter
     and needs no reference.)
+
+    Attributes:
+        path: the local file's path, read when the call is sent.
     """
 
     path: str
@@ -231,6 +263,9 @@ def encode_params(params: Mapping[str, Any]) -> bytes:
     """The params as compact ASCII JSON with sorted keys (``None`` values dropped, as the
     Bot API treats an absent parameter), :class:`FileRef` spelled as a reference.
 
+    Args:
+        params: the call's parameters (Bot API names).
+
     Raises:
         TypeError: a value JSON cannot encode (bytes, an open file, an object): nothing is
             stored. Upload bytes once and send the ``file_id``, or pass a ``FileRef``.
@@ -249,5 +284,10 @@ def encode_params(params: Mapping[str, Any]) -> bytes:
 
 def call_digest(method: str, params: bytes) -> str:
     """A short stable digest of a call's content (method + encoded params), for effect
-    keys: 16 hex characters of SHA-256."""
+    keys: 16 hex characters of SHA-256.
+
+    Args:
+        method: the Bot API method.
+        params: the encoded parameters (:func:`encode_params`).
+    """
     return hashlib.sha256(method.encode("utf-8", "surrogatepass") + b"\0" + params).hexdigest()[:16]
