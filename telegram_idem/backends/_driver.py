@@ -41,6 +41,9 @@ def describe_error(exc: BaseException) -> str:
     it adds one (``TimeoutError`` has no message of its own).
 
     Not ``repr``: redis-py 8's ``repr`` is only a category (``network:ConnectionError``).
+
+    Args:
+        exc: the driver's exception.
     """
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     cause = exc.__cause__ or exc.__context__

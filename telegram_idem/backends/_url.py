@@ -29,7 +29,11 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 def redact(url: str) -> str:
     """``repr(url)`` with the password (if any) replaced by ``***``: how error messages
-    show a URL. An unparsable authority shows only the scheme (it may hold credentials)."""
+    show a URL. An unparsable authority shows only the scheme (it may hold credentials).
+
+    Args:
+        url: the store URL.
+    """
     try:
         parts = urlsplit(url)
         password = parts.password

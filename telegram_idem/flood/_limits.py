@@ -55,11 +55,19 @@ class Rate:
         return self.per / self.calls
 
     def bucket(self, key: str) -> Bucket:
-        """This rate as the budget ``key``."""
+        """This rate as the budget ``key``.
+
+        Args:
+            key: the budget's store key.
+        """
         return Bucket(key, self.interval, self.burst)
 
     def scaled(self, factor: float) -> Rate:
-        """This rate times ``factor`` (0 < factor), the burst kept (at least 1)."""
+        """This rate times ``factor`` (0 < factor), the burst kept (at least 1).
+
+        Args:
+            factor: the multiplier (> 0).
+        """
         return replace(self, calls=self.calls * factor)
 
 
@@ -96,6 +104,9 @@ class Limits:
         (``Limits().with_headroom()``: bursts 27 global, 2 per chat, 2 per group, 900
         paid).
 
+        Args:
+            fraction: the share of each burst given up (0 ≤ fraction < 1).
+
         Raises:
             ValueError: ``fraction`` not in ``[0, 1)``.
         """
@@ -118,7 +129,11 @@ class Limits:
         )
 
     def scaled(self, factor: float) -> Limits:
-        """Every rate times ``factor`` (a safety margin below the real limits: 0.95)."""
+        """Every rate times ``factor`` (a safety margin below the real limits: 0.95).
+
+        Args:
+            factor: the multiplier of every rate (> 0).
+        """
         return replace(
             self,
             global_=self.global_.scaled(factor),
@@ -169,13 +184,21 @@ _EDIT_METHODS = frozenset(
 
 
 def is_message(method: str) -> bool:
-    """Whether ``method`` sends a new message (it spends the chat and global budgets)."""
+    """Whether ``method`` sends a new message (it spends the chat and global budgets).
+
+    Args:
+        method: the Bot API method.
+    """
     return method in _MESSAGE_METHODS
 
 
 def is_group_chat(chat_id: object) -> bool:
     """A group, supergroup or channel: a negative id or an ``@username`` (Bot API: private
-    chats have positive ids)."""
+    chats have positive ids).
+
+    Args:
+        chat_id: a Bot API ``chat_id`` (an integer or ``@username``).
+    """
     if isinstance(chat_id, bool):
         return False
     if isinstance(chat_id, int):

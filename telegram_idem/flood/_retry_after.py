@@ -17,6 +17,9 @@ def retry_after_of(exc: BaseException) -> float | None:
     ``TelegramRetryAfter``: int seconds; python-telegram-bot's ``RetryAfter``: int
     seconds or a ``timedelta``). Bot API, "Making requests": ``ResponseParameters``.
 
+    Args:
+        exc: what a Bot API call raised.
+
     Returns:
         The seconds to wait (≥ 0), or ``None`` if no flood-control answer is found.
     """

@@ -96,6 +96,12 @@ def rejected_entry(idem: Guard, raw: object, *, bot_id: int, error: str) -> NewE
     (no ``update_id``: no framework ever sees it); the worker dead-letters it at its first
     take. Its id is the update's guard key when ``raw`` has an integer ``update_id`` (a
     re-fetch is then a duplicate), else ``<prefix>:<bot_id>:u:rejected:<hash of raw>``.
+
+    Args:
+        idem: the guard (its keys name the entry).
+        raw: what was fetched: a dict, or anything else.
+        bot_id: the bot it was fetched for.
+        error: why it is unusable, for the operator.
     """
     try:
         body = json.loads(json.dumps(raw, ensure_ascii=True, default=repr))

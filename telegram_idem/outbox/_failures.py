@@ -18,6 +18,10 @@ class CallNotSent(IdemError):
     file to upload that cannot be read): Telegram cannot have applied it, so it is safe
     to send again.
 
+    Args:
+        message: the error's text.
+        method: the Bot API method, kept as ``method``.
+
     Attributes:
         method: the Bot API method.
     """
@@ -32,6 +36,10 @@ class AmbiguousCall(IdemError):
     connection broke after the request was written): Telegram may or may not have
     applied it. What happens next is the call's
     :class:`~telegram_idem.outbox._base.AmbiguousPolicy`.
+
+    Args:
+        message: the error's text.
+        method: the Bot API method, kept as ``method``.
 
     Attributes:
         method: the Bot API method.

@@ -139,7 +139,11 @@ class Relay:
         return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
 
     def backoff(self, failures: int) -> float:
-        """Seconds before the attempt after ``failures`` failed ones."""
+        """Seconds before the attempt after ``failures`` failed ones.
+
+        Args:
+            failures: the failed attempts so far.
+        """
         return float(min(self.backoff_base * 2 ** max(failures - 1, 0), self.backoff_max))
 
     def notify(self) -> None:
@@ -351,7 +355,11 @@ class Relay:
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``work`` as a task the relay owns: kept referenced until done, and given
         the shutdown grace when the relay stops (a sender that stops waiting leaves its
-        delivery here)."""
+        delivery here).
+
+        Args:
+            work: the coroutine to run.
+        """
         task = asyncio.ensure_future(work)
         self._busy.add(task)
         task.add_done_callback(self._finished)
@@ -448,7 +456,11 @@ class Relay:
         """Stop taking entries; calls in flight get ``grace`` seconds (default
         ``shutdown_grace``) to finish, then are cancelled (their entries are decided by
         their next take, see the module docstring). Stopping a stopped relay does
-        nothing."""
+        nothing.
+
+        Args:
+            grace: seconds calls in flight may take to finish; ``None``: ``shutdown_grace``.
+        """
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.cancel()

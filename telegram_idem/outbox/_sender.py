@@ -213,7 +213,13 @@ class Outbound:
 
     def effect_key(self, method: str, params: bytes, key: str | None) -> str | None:
         """The effect key a call gets here (see the module docstring), or ``None`` when
-        it is not durable. Inside an action, each call advances the action's counter."""
+        it is not durable. Inside an action, each call advances the action's counter.
+
+        Args:
+            method: the Bot API method.
+            params: the encoded parameters (:func:`~telegram_idem.outbox.encode_params`).
+            key: the caller's own name for the call, or ``None``.
+        """
         if key is not None:
             return self.keys.effect(self.bot_id, key)
         action = current_action()

@@ -55,7 +55,12 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class BackgroundFailure:
     """An update that failed after the webhook had answered 200 (so Telegram never
-    re-sends it): its ``update_id`` and the exception."""
+    re-sends it): its ``update_id`` and the exception.
+
+    Attributes:
+        update_id: the update that failed, or ``None`` if unknown.
+        error: the exception.
+    """
 
     update_id: int | None
     error: BaseException
@@ -91,7 +96,11 @@ class DecisionRecorder(logging.Handler):
         return self.update_ids is None or update_id is None or update_id in self.update_ids
 
     def record(self, event: DecisionEvent) -> None:
-        """Keep ``event`` if it is about an update of interest (the decision hook)."""
+        """Keep ``event`` if it is about an update of interest (the decision hook).
+
+        Args:
+            event: a decision event.
+        """
         if not self._wanted(event.update_id):
             return
         self.decisions.append(
@@ -107,7 +116,11 @@ class DecisionRecorder(logging.Handler):
         )
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep ``record`` if it is a background failure of interest."""
+        """Keep ``record`` if it is a background failure of interest.
+
+        Args:
+            record: a log record (the ``logging.Handler`` side).
+        """
         if record.name == _webhook_logger.name:
             self._background(record)
 

@@ -13,6 +13,10 @@ __all__ = ["LoopbackServer", "serve_app"]
 async def serve_app(app: web.Application, *, host: str = "127.0.0.1") -> tuple[web.AppRunner, str]:
     """Serve ``app`` on a free port of ``host``; returns the runner and ``http://host:port``.
 
+    Args:
+        app: the aiohttp application.
+        host: the address to bind.
+
     Raises:
         OSError: the port could not be bound.
     """
@@ -42,7 +46,11 @@ class LoopbackServer:
         """Called once before the server stops (e.g. to answer pending long polls)."""
 
     async def start(self) -> None:
-        """Bind ``127.0.0.1`` on a free port and serve. Raises `RuntimeError` if started."""
+        """Bind ``127.0.0.1`` on a free port and serve.
+
+        Raises:
+            RuntimeError: it is started already.
+        """
         if self._runner is not None:
             raise RuntimeError(f"{type(self).__name__} already started")
         self._runner, self._url = await serve_app(self.make_app())

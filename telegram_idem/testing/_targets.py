@@ -67,7 +67,11 @@ class ReplayTarget(Protocol):
     """Short description for messages (``"aiogram"``, ``"ptb"``, the URL, …)."""
 
     async def send(self, update: dict[str, Any]) -> Any:
-        """Deliver ``update`` once; return what the bot answered; raise if it failed."""
+        """Deliver ``update`` once; return what the bot answered; raise if it failed.
+
+        Args:
+            update: the Bot API update.
+        """
         ...
 
     async def close(self) -> None:
@@ -77,7 +81,11 @@ class ReplayTarget(Protocol):
 
 class WebhookAnswerError(Exception):
     """A webhook POST was not answered with a 2xx: ``attempt`` tells what happened
-    (``status`` is ``None`` for a timeout or a connection error)."""
+    (``status`` is ``None`` for a timeout or a connection error).
+
+    Args:
+        attempt: the failed attempt, kept as ``attempt``.
+    """
 
     def __init__(self, attempt: Attempt) -> None:
         what = f"HTTP {attempt.status}" if attempt.status is not None else attempt.error
@@ -92,6 +100,10 @@ class AiogramTarget:
     (``IdempotencyMiddleware(idem).setup(dp)``); the target adds none.
     ``send`` returns the handler's result, or aiogram's ``UNHANDLED`` (a duplicate the
     middleware dropped, or no handler matched).
+
+    Args:
+        dispatcher: the aiogram ``Dispatcher``, wired as in production.
+        bot: the aiogram ``Bot`` the updates are for.
     """
 
     name = "aiogram"
@@ -101,7 +113,11 @@ class AiogramTarget:
         self.bot = bot
 
     async def send(self, update: dict[str, Any]) -> Any:
-        """``feed_raw_update``; raises what the handler raised."""
+        """``feed_raw_update``; raises what the handler raised.
+
+        Args:
+            update: the Bot API update.
+        """
         return await self.dispatcher.feed_raw_update(self.bot, update)
 
     async def close(self) -> None:
@@ -117,6 +133,9 @@ class PTBTarget:
     one that notes them; ``send`` then raises the first error of that update.
     ``close`` removes that handler and shuts the application down if the target
     initialized it.
+
+    Args:
+        application: the PTB ``Application``, initialised, built with its update processor.
     """
 
     name = "ptb"
@@ -149,6 +168,9 @@ class PTBTarget:
 
     async def send(self, update: dict[str, Any]) -> Any:
         """Process the update through the application's update processor.
+
+        Args:
+            update: the Bot API update.
 
         Raises:
             Exception: the first exception a handler raised for this update.
@@ -211,6 +233,9 @@ class WebhookTarget:
     async def send(self, update: dict[str, Any]) -> Any:
         """One POST; returns the answer's body text.
 
+        Args:
+            update: the Bot API update.
+
         Raises:
             WebhookAnswerError: not a 2xx answer (or none, or no connection).
         """
@@ -233,7 +258,15 @@ class WebhookTarget:
     ) -> DeliveryReport:
         """Deliver like Telegram: re-send after a non-2xx, no answer within
         ``answer_timeout`` seconds, or a connection error, ``retry_delay`` seconds apart, at most
-        ``max_attempts`` attempts."""
+        ``max_attempts`` attempts.
+
+        Args:
+            update: the Bot API update.
+            answer_timeout: seconds an attempt waits for an answer.
+            retry_delay: seconds between a failed attempt and the re-send.
+            max_attempts: the most attempts.
+            sleep: awaited for ``retry_delay`` (tests inject one).
+        """
         sender = self._sender(
             timeout=answer_timeout, retry_delay=retry_delay, max_attempts=max_attempts, sleep=sleep
         )
@@ -269,7 +302,11 @@ class CallableTarget:
         self.bot_id = bot_id
 
     async def send(self, update: dict[str, Any]) -> Any:
-        """Call ``fn`` (under the guard if given); raises what ``fn`` raised."""
+        """Call ``fn`` (under the guard if given); raises what ``fn`` raised.
+
+        Args:
+            update: the Bot API update.
+        """
         if self.guard is None:
             return await self.fn(update)
         admitted = await self.guard.admit(update, bot_id=self.bot_id)
@@ -340,6 +377,10 @@ def aiogram_bot(api: FakeBotAPI, token: str = DEFAULT_TOKEN) -> Bot:
     """An aiogram ``Bot`` whose requests go to ``api`` (a started FakeBotAPI).
 
     Close it with ``await bot.session.close()`` (or ``async with bot:``).
+
+    Args:
+        api: a started :class:`~telegram_idem.testing.bot_api.FakeBotAPI`.
+        token: the bot token (its id is the bot's).
     """
     from aiogram import Bot
     from aiogram.client.session.aiohttp import AiohttpSession

@@ -1416,6 +1416,9 @@ def main(argv: list[str] | None = None) -> int:
     base URL on one line of stdout, and serve until SIGINT or SIGTERM. Returns the exit
     status: 0 after a signal, 2 for bad arguments or ``--updates`` files, 1 when the port
     cannot be bound.
+
+    Args:
+        argv: the command-line arguments; ``None``: ``sys.argv[1:]``.
     """
     args = _parse_args(argv)
     try:

@@ -179,7 +179,12 @@ class DynamoDBConnection:
     # ------------------------------------------------------------- errors
 
     def translate(self, op: str, exc: Exception) -> IdemError | None:
-        """The library error for ``exc`` raised by ``op``, or ``None`` if not the driver's."""
+        """The library error for ``exc`` raised by ``op``, or ``None`` if not the driver's.
+
+        Args:
+            op: the operation's name, for error messages (``claim``, ``inbox.take``…).
+            exc: what the operation raised.
+        """
         if isinstance(exc, DRIVER_ERRORS + DRIVER_BASE):
             return translate(exc, f"{self.label}.{op}", self.table)
         return None
@@ -188,6 +193,10 @@ class DynamoDBConnection:
         """``fn()`` as operation ``op``, its driver errors translated. With
         ``create_table``, a table that vanished (an emulator restarted, a table deleted)
         is made again and ``fn`` retried once: nothing was written.
+
+        Args:
+            op: the operation's name, for error messages (``claim``, ``inbox.take``…).
+            fn: the request(s), untranslated.
 
         Raises:
             StoreError: DynamoDB cannot answer now (throttling included), or closed.

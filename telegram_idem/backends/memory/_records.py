@@ -74,11 +74,19 @@ class MemoryStore(LocalStore):
         return self._records.evicted_live
 
     def peek(self, key: str) -> Record | None:
-        """The stored record of ``key``, expired or not."""
+        """The stored record of ``key``, expired or not.
+
+        Args:
+            key: the full key.
+        """
         return self._records.read(key)
 
     def put(self, record: Record) -> None:
-        """Store ``record`` as is (evicting as a write does)."""
+        """Store ``record`` as is (evicting as a write does).
+
+        Args:
+            record: the record (its ``key`` says where).
+        """
         self._records.write(record)
 
     def inbox(self) -> MemoryInbox:

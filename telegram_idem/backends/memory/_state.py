@@ -58,7 +58,11 @@ class MemoryRecords:
 
     def write(self, record: Record) -> None:
         """Store ``record`` as is, then evict: the expired records, and the ones closest
-        to expiry while more than ``max_items`` remain."""
+        to expiry while more than ``max_items`` remain.
+
+        Args:
+            record: the record (its ``key`` says where).
+        """
         self._records[record.key] = record
         heapq.heappush(self._expiry, (record.expires_at, record.key))
         self._evict()

@@ -226,6 +226,9 @@ class PostgresConnection:
         """Run ``fn(connection)`` on a pool connection; a connection that raised a driver
         error is terminated (the pool opens a new one), never handed to the next caller.
 
+        Args:
+            fn: the query(ies), given a pool connection.
+
         Raises:
             TypeError: an argument asyncpg cannot encode (its client-side DataError).
             StoreError: the connection is closed.
@@ -250,7 +253,12 @@ class PostgresConnection:
 
     def translate(self, op: str, exc: Exception) -> IdemError | None:
         """The library error for ``exc`` raised by ``op`` (a missing table and a value
-        beyond PostgreSQL's limits get their own message), or ``None`` if not asyncpg's."""
+        beyond PostgreSQL's limits get their own message), or ``None`` if not asyncpg's.
+
+        Args:
+            op: the operation's name, for error messages (``claim``, ``inbox.take``…).
+            exc: what the operation raised.
+        """
         return translate(f"{self.label}.{op}", exc, tables=self.tables)
 
     @property
@@ -268,6 +276,10 @@ class PostgresConnection:
     def call(self, op: str, fn: Callable[[Any], Awaitable[T]]) -> Awaitable[T]:
         """:meth:`run` ``fn(connection)`` as operation ``op``, its errors translated.
 
+        Args:
+            op: the operation's name, for error messages (``claim``, ``inbox.take``…).
+            fn: the query(ies), given a pool connection.
+
         Raises:
             StoreError: the server cannot answer, or the connection is closed.
             ConfigurationError: a missing table, wrong credentials, database or privileges.
@@ -278,7 +290,11 @@ class PostgresConnection:
 
     def purge_with(self, purge: Callable[[int], Awaitable[int]]) -> None:
         """Register the background purge: ``purge(batch)`` deletes up to ``batch``
-        expired rows and returns how many (run untranslated; failures are logged)."""
+        expired rows and returns how many (run untranslated; failures are logged).
+
+        Args:
+            purge: the purge coroutine function, ``purge(batch) -> deleted``.
+        """
         self._purge = purge
 
     @property

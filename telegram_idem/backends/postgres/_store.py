@@ -388,6 +388,9 @@ class PostgresStore(Store):
         purge never makes a claim wait for long. Call it in a loop until it returns less
         than ``batch`` to empty the backlog.
 
+        Args:
+            batch: the most records deleted (≥ 1).
+
         Raises:
             ConfigurationError: ``batch`` < 1, or the table is missing.
             StoreError: the database could not answer.

@@ -91,7 +91,11 @@ class KeyLayout:
 
     def record(self, key: str) -> str:
         """The Redis key of record ``key``: ``<key_prefix>:{<key>}``; on a cluster an
-        update guard key (:data:`UPDATE_KEY`) is ``<inbox_prefix>r:<key>`` instead."""
+        update guard key (:data:`UPDATE_KEY`) is ``<inbox_prefix>r:<key>`` instead.
+
+        Args:
+            key: the record's full key.
+        """
         if self.cluster and UPDATE_KEY.fullmatch(key):
             return f"{self.inbox_prefix}r:{key}"
         return f"{self.prefix}:{{{key}}}"
@@ -103,13 +107,21 @@ class KeyLayout:
 
     def outbox_base(self, bot_id: int) -> str:
         """The start of every outbox key of ``bot_id``:
-        ``<key_prefix>:{<key_prefix>:outbox:<bot_id>}:`` (one hash tag per bot)."""
+        ``<key_prefix>:{<key_prefix>:outbox:<bot_id>}:`` (one hash tag per bot).
+
+        Args:
+            bot_id: the bot.
+        """
         return f"{self.prefix}:{{{self.prefix}:outbox:{bot_id}}}:"
 
     def outbox_seq(self, bot_id: int) -> str:
         """The counter that gives ``bot_id``'s entries their ``seq``: store-wide on a
         single node (``<directory>seq``), the bot's own on a cluster (``<base>seq``: a
-        script touches one slot)."""
+        script touches one slot).
+
+        Args:
+            bot_id: the bot.
+        """
         if self.cluster:
             return f"{self.outbox_base(bot_id)}seq"
         return f"{self.outbox_directory}seq"
@@ -117,7 +129,11 @@ class KeyLayout:
     def flood(self, key: str) -> str:
         """The Redis key of flood budget ``key``: ``<key_prefix>:f:{<head>}:<scope>`` for a
         key of the :data:`FLOOD_KEY` shape (a bot's budgets share a slot), else
-        ``<key_prefix>:f:{<key>}``."""
+        ``<key_prefix>:f:{<key>}``.
+
+        Args:
+            key: the budget's key (a bucket's ``key``).
+        """
         match = FLOOD_KEY.fullmatch(key)
         if match is None:
             return f"{self.prefix}:f:{{{key}}}"

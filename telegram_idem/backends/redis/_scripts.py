@@ -97,6 +97,11 @@ class Script:
         """``EVALSHA`` with ``keys`` and ``args``; on ``NOSCRIPT`` (a restart, a failover,
         ``SCRIPT FLUSH``) the same call once as ``EVAL``, which caches the script again.
 
+        Args:
+            client: the redis-py client (single node or cluster).
+            keys: the script's ``KEYS``.
+            args: its ``ARGV``.
+
         Raises:
             redis.exceptions.RedisError: untranslated (the connection translates).
         """

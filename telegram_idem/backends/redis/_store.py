@@ -173,6 +173,9 @@ class RedisStore(Store):
         On a cluster, an update guard key (:data:`~telegram_idem.backends.redis.UPDATE_KEY`)
         is stored in the inbox's slot instead, at ``<inbox_prefix>r:<key>``, so the inbox's
         admission claims it and writes the entry in one script.
+
+        Args:
+            key: the record's full key.
         """
         return self._keys.record(key)
 

@@ -119,11 +119,19 @@ class SQLiteConnection:
         """``await fn()``, a driver exception becoming
         :class:`~telegram_idem.errors.StoreError` or
         :class:`~telegram_idem.errors.ConfigurationError` (the store's translation;
-        messages name the store and ``op``)."""
+        messages name the store and ``op``).
+
+        Args:
+            op: the operation's name, for error messages (``claim``, ``inbox.take``…).
+            fn: the work, untranslated.
+        """
         return await self._guard(op, fn)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` on the connection's thread, outside any transaction.
+
+        Args:
+            fn: the work, given the ``sqlite3`` connection.
 
         Raises:
             StoreError: the connection is closed.
@@ -142,6 +150,10 @@ class SQLiteConnection:
         connection's thread: the write lock is taken before ``body`` reads, ``now`` is
         the clock read after it is taken, and every ``purge_every``-th transaction also
         purges a batch of expired records. An exception from ``body`` rolls back.
+
+        Args:
+            body: the work, given the ``sqlite3`` connection and ``now`` (seconds since the
+                epoch).
 
         Raises:
             StoreError: the connection is closed.

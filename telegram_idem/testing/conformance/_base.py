@@ -60,17 +60,30 @@ class ConformanceBase:
 
     @pytest.fixture
     def clock(self, idem_clock: ManualClock) -> ManualClock:
-        """The plugin's ``idem_clock``: every store of the test runs on it."""
+        """The plugin's ``idem_clock``: every store of the test runs on it.
+
+        Args:
+            idem_clock: the plugin's fixture.
+        """
         return idem_clock
 
     @pytest.fixture
     def store_url(self, store_url_factory: UrlFactory) -> str:
-        """One new URL."""
+        """One new URL.
+
+        Args:
+            store_url_factory: the suite's fixture making new URLs.
+        """
         return store_url_factory()
 
     @pytest_asyncio.fixture
     async def store_factory(self, store_url: str, clock: ManualClock) -> AsyncIterator[StoreMaker]:
-        """Makes store objects on ``store_url`` with ``clock``; closes them after."""
+        """Makes store objects on ``store_url`` with ``clock``; closes them after.
+
+        Args:
+            store_url: the URL (fixture).
+            clock: the clock (fixture).
+        """
         made: list[Store] = []
 
         async def make() -> Store:
@@ -86,5 +99,9 @@ class ConformanceBase:
 
     @pytest_asyncio.fixture
     async def store(self, store_factory: StoreMaker) -> Store:
-        """A store on a new URL, with ``clock``."""
+        """A store on a new URL, with ``clock``.
+
+        Args:
+            store_factory: the fixture making stores.
+        """
         return await store_factory()
