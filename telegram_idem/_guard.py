@@ -86,7 +86,8 @@ class Idem:
 
     Args:
         store: a :class:`Store` or a store URL (``sqlite:///bot.db``, ``memory://``, …).
-        keys: the key builder (its ``prefix`` namespaces every key).
+        keys: the key builder (its ``prefix`` namespaces every key; default
+            ``KeyBuilder()``).
         codec: how results are stored (default JSON, which replays falsy values exactly).
         lease: seconds a holder's lease lasts; a heartbeat extends it every ``lease / 3``
             seconds while the work runs.
@@ -99,8 +100,10 @@ class Idem:
             judged by the store's clock.
         sleep: awaited between polls of the ``wait`` policy (inject in tests).
         heartbeat: extend leases while work runs.
-        lock_retention: seconds a lock's record is kept after its ttl, so fencing tokens
-            keep rising across holders (records purged after retention restart at 1).
+        lock_retention: seconds a lock's record is kept, at least its ``ttl`` (the record
+            lives ``max(ttl, lock_retention)`` seconds from each acquisition), so fencing
+            tokens keep rising across holders (records purged after retention restart
+            at 1).
         holder: who this guard's process is, written beside every at-most-once effect
             it starts and shown by :meth:`unresolved` (default ``"<hostname>:<pid>"``,
             read when the effect starts, so a forked worker names itself).
