@@ -71,7 +71,8 @@ class ClaimTable:
     def claim(
         self, key: str, fp: str | None, now: float, lease: float, retention: float
     ) -> tuple[str, dict[str, Any]]:
-        """Claim ``key``: ``(outcome, the record after it)``, the outcome one of ``acquired``, ``replay``, ``failed``, ``in_progress``, ``conflict``.
+        """Claim ``key``: ``(outcome, the record after it)``, the outcome one of
+        ``acquired``, ``replay``, ``failed``, ``in_progress``, ``conflict``.
 
         Args:
             key: the record's key.
