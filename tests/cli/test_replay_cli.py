@@ -217,7 +217,7 @@ async def test_a_bad_file_sends_nothing_from_any_file(webhook: Webhook, tmp_path
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {bad}:2:30: not JSON (Expecting value)")
     result = await invoke("replay", str(latin), "--url", webhook.url, "--secret", SECRET)
-    assert (result.exit_code, result.stderr) == (2, f"error: {latin}: not UTF-8 (byte 28)\n")
+    assert (result.exit_code, result.stderr) == (2, f"error: {latin}: not UTF-8 (byte 29)\n")
     assert webhook.requests == 0
 
 
