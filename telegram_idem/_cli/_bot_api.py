@@ -70,8 +70,12 @@ def check_api_url(ctx: click.Context, param: click.Parameter, value: str) -> str
     Raises:
         click.BadParameter: another scheme, or no host.
     """
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        host = None
+    if host is None or parts.scheme not in ("http", "https"):
         raise click.BadParameter(
             redact_text(f"an http(s) URL with a host, like {DEFAULT_API_URL}, not {value!r}")
         )

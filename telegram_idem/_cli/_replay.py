@@ -256,8 +256,12 @@ def _render(summary: ReplaySummary) -> object:
 
 
 def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        host = None
+    if not host or parts.scheme not in ("http", "https"):
         raise click.BadParameter(
             "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/webhook"
         )

@@ -124,10 +124,12 @@ async def test_500_then_200_is_re_sent_counted_and_admitted_once(
     lines = write_jsonl(tmp_path / "updates.jsonl", updates)
     webhook.lose_first_answer = True
     result = await invoke(
-        "replay", lines, lines, "--url", webhook.url, "--secret", SECRET, "--resend", "2"
+        "replay", lines, lines, "--url", webhook.url, "--secret", SECRET, "--resend", "2", "--json"
     )
     assert result.exit_code == 0, result.output
-    assert "re-sends" in result.stdout and "200: 6, 500: 3" in result.stdout
+    summary = summary_of(result)
+    assert (summary["updates"], summary["answered_2xx"], summary["resends"]) == (6, 6, 3)
+    assert summary["statuses"] == {"200": 6, "500": 3} and summary["failed"] == 0
     assert webhook.requests == 9  # 3 lost answers, 3 re-sends, 3 from the second file
     assert (webhook.ingress.admitted, webhook.ingress.duplicates) == (3, 6)
     assert await webhook.depth() == 3
@@ -146,6 +148,7 @@ async def test_wrong_secret_fails_every_update_and_admits_none(
     ids = ", ".join(str(u["update_id"]) for u in updates)
     assert f"error: 2 of 2 updates were never answered 2xx (update_id {ids})" in result.stderr
     assert "failed (never 2xx)" in result.stdout and "401: 4" in result.stdout
+    assert "re-sends" in result.stdout
     assert await webhook.depth() == 0 and webhook.ingress.admitted == 0
 
 

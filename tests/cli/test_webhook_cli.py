@@ -10,10 +10,11 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
 from click.testing import CliRunner, Result
 
 from telegram_idem._cli import cli
-from telegram_idem.testing import FakeBotAPI, Fault, UpdateFactory
+from telegram_idem.testing import FakeBotAPI, Fault, UpdateFactory, serve_app
 
 TOKEN = "7000000042:AAHfake-secret_part-of-the-token-xyz"
 SECRET_PART = TOKEN.split(":", 1)[1]
@@ -187,12 +188,28 @@ async def test_an_answer_that_is_not_the_bot_apis_exits_3(api: FakeBotAPI) -> No
     assert "answered getWebhookInfo with HTTP 404, not a Bot API answer" in result.stderr
 
 
+async def test_an_error_that_carries_the_url_is_redacted() -> None:
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(request.path)  # forever: aiohttp gives up
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", redirect)
+    runner, base = await serve_app(app)
+    try:
+        result = await webhook("info", api_url=base)
+    finally:
+        await runner.cleanup()
+    assert result.exit_code == 3
+    assert "TooManyRedirects" in result.stderr and "/bot<token>/getWebhookInfo" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "token"),
     [
         (["info"], ""),
         (["info"], "has a/slash"),
         (["info", "--api-url", "ftp://example.com"], TOKEN),
+        (["info", "--api-url", "http://[::1"], TOKEN),
         (["set", "https://b.example/h", "--secret-token", "no spaces"], TOKEN),
         (["set", "https://b.example/h", "--max-connections", "0"], TOKEN),
     ],
