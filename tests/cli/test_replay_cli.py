@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import socket
 import sys
@@ -315,3 +316,23 @@ async def test_sigint_cancels_what_is_in_flight_and_prints_the_summary(tmp_path:
     assert summary["interrupted"] is True
     assert (summary["sent"], summary["in_flight"], summary["not_sent"]) == (0, 2, 3)
     assert len(hook.arrived) == 2  # nothing more was sent after Ctrl-C
+
+
+async def test_the_deploy_pages_replay_example_runs(webhook: Webhook, tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "deploy-webhook.md"
+    text = page.read_text(encoding="utf-8")
+    marker = "<!-- cli-example: replay -->\n```sh\n"
+    start = text.index(marker) + len(marker)
+    [line] = text[start : text.index("```", start)].replace("\\\n", " ").strip().splitlines()
+    program, *args = shlex.split(line)
+    assert program == "telegram-idem" and "--url" in args
+    factory = UpdateFactory()
+    updates = write_jsonl(tmp_path / "updates.jsonl", [factory.message("a"), factory.message("b")])
+    url = args[args.index("--url") + 1]
+    args = [
+        updates if a == "updates.jsonl" else webhook.url if a == url else a
+        for a in (a.replace("$WEBHOOK_SECRET", SECRET) for a in args)
+    ]
+    result = await invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert (webhook.ingress.admitted, webhook.ingress.duplicates) == (2, 2)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -18,6 +20,7 @@ from telegram_idem.testing import FakeBotAPI, Fault, UpdateFactory, serve_app
 
 TOKEN = "7000000042:AAHfake-secret_part-of-the-token-xyz"
 SECRET_PART = TOKEN.split(":", 1)[1]
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture
@@ -237,3 +240,28 @@ def test_help_texts_name_every_option() -> None:
         for option in options:
             assert option in result.stdout, (command, option)
     assert "BOT_TOKEN" in runner.invoke(cli, ["webhook", "--help"]).stdout
+
+
+def cli_example(page: Path, name: str) -> list[list[str]]:
+    """The ``telegram-idem`` command lines of the ``sh`` block under ``<!-- cli-example:
+    name -->`` in ``page``, continuation lines joined, each split as a shell would
+    (without the program name)."""
+    text = page.read_text(encoding="utf-8")
+    marker = f"<!-- cli-example: {name} -->\n```sh\n"
+    start = text.index(marker) + len(marker)
+    block = text[start : text.index("```", start)].replace("\\\n", " ")
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    assert commands and all(c[0] == "telegram-idem" for c in commands)
+    return [c[1:] for c in commands]
+
+
+async def test_the_deploy_pages_webhook_example_runs(api: FakeBotAPI) -> None:
+    queue(api, 2)
+    env = {"BOT_TOKEN": TOKEN, "TELEGRAM_API_URL": api.url, "WEBHOOK_SECRET": "doc-secret"}
+    for args in cli_example(DOCS / "deploy-webhook.md", "webhook"):
+        args = [arg.replace("$WEBHOOK_SECRET", env["WEBHOOK_SECRET"]) for arg in args]
+        result = await asyncio.to_thread(CliRunner(env=env).invoke, cli, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert TOKEN not in result.stdout + result.stderr
+    assert api.webhook.url == "https://bot.example.com/webhook"
+    assert (api.webhook.secret_token, api.webhook.dropped_updates) == ("doc-secret", 2)
