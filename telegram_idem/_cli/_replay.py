@@ -33,7 +33,16 @@ from urllib.parse import urlsplit
 
 import click
 
-from telegram_idem._cli._common import Exit, Output, fail, json_option, progress, run, table
+from telegram_idem._cli._common import (
+    Exit,
+    Output,
+    fail,
+    json_option,
+    progress,
+    redact_text,
+    run,
+    table,
+)
 from telegram_idem._cli._update_files import Recorded, UpdateFileError, read_update_files
 from telegram_idem._delivery import DeliveryReport, TelegramDelivery
 from telegram_idem._webhook_secret import check_secret_token
@@ -251,7 +260,9 @@ def _render(summary: ReplaySummary) -> object:
         rows.append(("cancelled in flight", summary.in_flight))
     if summary.not_sent:
         rows.append(("not sent", summary.not_sent))
-    title = f"replay to {summary.url}" + (" (interrupted)" if summary.interrupted else "")
+    title = f"replay to {redact_text(summary.url)}" + (
+        " (interrupted)" if summary.interrupted else ""
+    )
     return table(title, ["", "count"], rows)
 
 

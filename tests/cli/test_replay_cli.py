@@ -336,3 +336,27 @@ async def test_the_deploy_pages_replay_example_runs(webhook: Webhook, tmp_path: 
     result = await invoke(*args)
     assert result.exit_code == 0, result.output
     assert (webhook.ingress.admitted, webhook.ingress.duplicates) == (2, 2)
+
+
+async def test_a_token_in_the_webhook_url_is_never_printed(tmp_path: Path) -> None:
+    token = "7000000001:AAF" + "x" * 32
+    path = write_jsonl(tmp_path / "u.jsonl", [UpdateFactory().message("x")])
+
+    async def fail(request: web.Request) -> web.Response:
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_post(f"/bot{token}/hook", fail)
+    runner, base = await serve_app(app)
+    try:
+        url = f"{base}/bot{token}/hook"
+        table_run = await invoke("replay", path, "--url", url, "--resend", "0")
+        json_run = await invoke("replay", path, "--url", url, "--resend", "0", "--json")
+    finally:
+        await runner.cleanup()
+    down = await invoke("replay", path, "--url", url, "--resend", "0")  # nobody listens now
+    for result, code in ((table_run, 1), (json_run, 1), (down, 3)):
+        assert result.exit_code == code
+        printed = result.stdout + result.stderr
+        assert token not in printed and token.split(":")[1] not in printed, printed
+        assert "/bot<token>/hook" in printed
