@@ -235,6 +235,13 @@ class WebhookState:
         max_connections: the ``max_connections`` given, or ``None``.
         dropped_updates: how many queued updates ``drop_pending_updates=true`` discarded,
             over every call.
+        ip_address: what ``getWebhookInfo`` reports as the webhook's IP address while
+            one is set (Bot API "WebhookInfo"); a test sets it (``None``: not reported).
+        last_error_date: when delivery to the webhook last failed, Unix time in seconds,
+            as ``getWebhookInfo`` reports it; a test sets it to show a failing webhook
+            (``None``: not reported).
+        last_error_message: why it failed, as ``getWebhookInfo`` reports it (``None``:
+            not reported).
     """
 
     url: str = ""
@@ -242,6 +249,9 @@ class WebhookState:
     allowed_updates: list[str] | None = None
     max_connections: int | None = None
     dropped_updates: int = 0
+    ip_address: str | None = None
+    last_error_date: int | None = None
+    last_error_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1159,6 +1169,9 @@ class FakeBotAPI(LoopbackServer):
             info["max_connections"] = self.webhook.max_connections or 40
             if self.webhook.allowed_updates is not None:
                 info["allowed_updates"] = self.webhook.allowed_updates
+            for name in ("ip_address", "last_error_date", "last_error_message"):
+                if (value := getattr(self.webhook, name)) is not None:
+                    info[name] = value
         return info
 
     async def _get_updates(self, bot_id: str, params: Params) -> Any:
