@@ -146,7 +146,9 @@ class StoreCollector(Collector):
             log.warning(
                 "metrics: the %s cannot be read (%s); %s_store_up{part=%r} is 0 until it can",
                 part,
-                type(error).__name__ if isinstance(error, TimeoutError) else error,
+                f"timed out after {self.timeout} s"
+                if isinstance(error, TimeoutError)
+                else f"{type(error).__name__}: {error}",
                 self.namespace,
                 part,
             )
