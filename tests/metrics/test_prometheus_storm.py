@@ -1,5 +1,5 @@
 """A replayed duplicate storm, scraped: the counters say exactly what the storm did
-(acquired = the distinct updates, duplicates = every other delivery), whether the
+(acquired = the distinct updates, replayed + in progress = every other delivery), whether the
 registry is rendered in another thread (``generate_latest``, as ``start_http_server``
 does), served by ``start_http_server`` itself, or by the aiohttp ``/metrics`` route."""
 
@@ -21,7 +21,7 @@ from telegram_idem.testing import Replayer, ReplayResult, UpdateFactory
 from telegram_idem.testing._loopback import serve_app
 
 BOT = 7000000001
-UPDATES, COPIES = 6, 5
+UPDATES, COPIES, RESENDS = 6, 5, 2
 
 
 def implements_stats(inbox: Inbox) -> bool:
@@ -45,7 +45,8 @@ def decisions(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], deci
 
 
 async def storm(idem: Idem) -> tuple[list[ReplayResult], Counter[int]]:
-    """``UPDATES`` distinct updates, each delivered ``COPIES`` times at once."""
+    """``UPDATES`` distinct updates, each delivered ``COPIES`` times at once, then
+    ``RESENDS`` more times one after another."""
     runs: Counter[int] = Counter()
 
     async def handle(update: dict[str, Any]) -> None:
@@ -56,16 +57,21 @@ async def storm(idem: Idem) -> tuple[list[ReplayResult], Counter[int]]:
     results = []
     async with Replayer(handle, guard=idem, bot_id=BOT) as replayer:
         for i in range(UPDATES):
-            results.append(await replayer.concurrent(factory.message(f"storm {i}"), COPIES))
+            update = factory.message(f"storm {i}")
+            results.append(await replayer.concurrent(update, COPIES))
+            results.append(await replayer.sequential(update, RESENDS))  # after it completed
     return results, runs
 
 
 def check_counts(text: str, results: list[ReplayResult], runs: Counter[int]) -> None:
     scraped = samples(text)
     acquired = decisions(scraped, "acquired")
-    duplicates = decisions(scraped, "replay") + decisions(scraped, "in_progress")
+    replayed = decisions(scraped, "replay")  # a duplicate of a completed update
+    deferred = decisions(scraped, "in_progress")  # a copy racing the first delivery
     assert acquired == UPDATES == len(runs) == sum(r.updates_processed for r in results)
-    assert duplicates == UPDATES * (COPIES - 1) == sum(r.updates_turned_away for r in results)
+    assert replayed + deferred == UPDATES * (COPIES - 1 + RESENDS)
+    assert replayed == sum(r.updates_dropped for r in results) >= UPDATES * RESENDS
+    assert deferred == sum(sum(r.updates_deferred.values()) for r in results)
     assert set(runs.values()) == {1}
     latency = frozenset({"boundary": "update", "decision": "acquired"}.items())
     assert scraped[("telegram_idem_decision_seconds_count", latency)] == UPDATES
