@@ -3,6 +3,8 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
+    telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -17,6 +19,8 @@ from __future__ import annotations
 import click
 
 from telegram_idem._cli._migrate import migrate
+from telegram_idem._cli._replay import replay
+from telegram_idem._cli._webhook import webhook
 
 __all__ = ["cli", "main"]
 
@@ -29,6 +33,8 @@ def cli() -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(replay)
+cli.add_command(webhook)
 
 
 def main() -> None:
