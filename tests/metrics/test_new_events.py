@@ -13,10 +13,13 @@ from prometheus_client import CollectorRegistry
 from telegram_idem import DecisionEvent, Idem, ManualClock, StoreError, store_from_url, subscribe
 from telegram_idem.flood import FloodControl
 from telegram_idem.inbox import NewEntry
+from telegram_idem.outbox import HttpBotAPI, Outbound
 from telegram_idem.prometheus import PrometheusMetrics
 from telegram_idem.testing import UpdateFactory
+from telegram_idem.testing.bot_api import FakeBotAPI, Fault
 
 BOT = 7000000001
+TOKEN = f"{BOT}:AAmetrics"
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -146,3 +149,42 @@ async def test_a_429_and_a_flood_wait_are_events_and_metrics(
         "waits": 1,
         "waited": pytest.approx(waits[2]),
     }
+
+
+async def test_a_429_from_the_bot_api_reaches_the_metrics_through_outbound(
+    clock: ManualClock, registry: CollectorRegistry
+) -> None:
+    store = store_from_url("memory://", clock=clock)
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)  # the pause passes on the store's clock, without waiting
+
+    flood = FloodControl(store.flood_budget(), bot_id=BOT, sleep=sleep)
+    seen: list[DecisionEvent] = []
+    try:
+        async with FakeBotAPI() as api:
+            api.inject(Fault.retry_after(4, method="sendMessage"))
+            outbound = Outbound(
+                store.outbox(),
+                HttpBotAPI(TOKEN, base_url=api.url),
+                bot_id=BOT,
+                flood=flood,
+                owns_api=True,
+            )
+            with PrometheusMetrics(registry), subscribe(seen.append):
+                async with outbound:
+                    sent = await outbound.call("sendMessage", {"chat_id": 42, "text": "hi"})
+                got = value(
+                    registry, "telegram_idem_telegram_retry_after_total", method="sendMessage"
+                )
+                waited = value(
+                    registry, "telegram_idem_flood_wait_seconds_sum", method="sendMessage"
+                )
+            calls = [c.method for c in api.calls]
+    finally:
+        await store.close()
+    assert sent["text"] == "hi"
+    assert calls == ["sendMessage", "sendMessage"]  # answered 429, then sent after the pause
+    flood_events = [(e.decision, e.seconds) for e in seen if e.boundary == "flood"]
+    assert flood_events == [("retry_after", 4.0), ("wait", pytest.approx(4.0))]
+    assert got == 1 and waited == pytest.approx(4.0)
