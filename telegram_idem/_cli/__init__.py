@@ -17,6 +17,8 @@ from __future__ import annotations
 import click
 
 from telegram_idem._cli._migrate import migrate
+from telegram_idem._cli._outbox import outbox
+from telegram_idem._cli._unresolved import unresolved
 
 __all__ = ["cli", "main"]
 
@@ -29,6 +31,8 @@ def cli() -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(outbox)
+cli.add_command(unresolved)
 
 
 def main() -> None:
