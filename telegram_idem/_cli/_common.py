@@ -35,6 +35,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import ConfigurationError, StoreError
@@ -200,12 +201,14 @@ def table(
     columns: Sequence[str],
     rows: Iterable[Sequence[object]],
 ) -> Table:
-    """A rich table of ``rows`` under ``columns``; cells are shown as text, redacted."""
+    """A rich table of ``rows`` under ``columns``; cells are shown as plain text (no rich
+    markup or ``:emoji:`` codes: a key such as ``…:o:receipt:1`` is shown as it is),
+    redacted."""
     out = Table(title=title, title_justify="left")
     for name in columns:
         out.add_column(name)
     for row in rows:
-        out.add_row(*(redact_text("" if cell is None else str(cell)) for cell in row))
+        out.add_row(*(Text(redact_text("" if cell is None else str(cell))) for cell in row))
     return out
 
 

@@ -48,6 +48,7 @@ from telegram_idem._cli._settle import (
     decode_json,
     json_value,
     ordering_key_of_chat,
+    plain,
     result_problem,
 )
 from telegram_idem.backends import outbox_of
@@ -273,7 +274,7 @@ def list_(
     out = Output(as_json)
     columns = ["key", "bot", "method", "chat", "status", "attempts", "age", "last error"]
     empty = "no entries" + (f" in status {status}" if status else " to settle")
-    out.show(items, lambda: table(None, columns, _rows(items)) if items else empty)
+    out.show(items, lambda: table(None, columns, _rows(items)) if items else plain(empty))
 
 
 # ----------------------------------------------------------------------- show
@@ -421,14 +422,16 @@ def redrive(
     out = Output(as_json)
     if all_dead:
         dead = run(lambda: _redrive_dead(store_url, bot_id, batch, out))
-        out.show(dead, lambda: f"redriven: {dead['redriven']} dead letters back to pending")
+        out.show(dead, lambda: plain(f"redriven: {dead['redriven']} dead letters back to pending"))
         return
     data = run(lambda: _redrive_keys(store_url, keys))
     out.show(
         data,
-        lambda: "\n".join(
-            [f"redriven: {key}" for key in data["redriven"]]
-            + [f"not redriven: {r['key']}: {r['reason']}" for r in data["refused"]]
+        lambda: plain(
+            "\n".join(
+                [f"redriven: {key}" for key in data["redriven"]]
+                + [f"not redriven: {r['key']}: {r['reason']}" for r in data["refused"]]
+            )
         ),
     )
     if data["refused"]:
@@ -503,7 +506,7 @@ def resolve(key: str, given: JsonText, store_url: str, as_json: bool) -> None:
     if code is not Exit.OK:
         fail(line, code)
     out = Output(as_json)
-    out.show({"key": key, "resolved": True}, lambda: line)
+    out.show({"key": key, "resolved": True}, lambda: plain(line))
 
 
 # --------------------------------------------------------------------- unpark
@@ -540,7 +543,7 @@ def unpark(bot_id: int, chat: str, store_url: str, as_json: bool) -> None:
     out = Output(as_json)
     out.show(
         {"bot_id": bot_id, "ordering_key": unit, "unparked": count},
-        lambda: (
+        lambda: plain(
             f"unparked {unit} of bot {bot_id}: {count} call{'s' if count != 1 else ''} "
             "back to pending"
         ),

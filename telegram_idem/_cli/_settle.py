@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+from rich.text import Text
+
+from telegram_idem._cli._common import redact_text
 
 __all__ = [
     "JsonText",
@@ -27,6 +30,7 @@ __all__ = [
     "decode_json",
     "json_value",
     "ordering_key_of_chat",
+    "plain",
     "result_problem",
 ]
 
@@ -165,3 +169,9 @@ def age_text(seconds: float) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def plain(text: str) -> Text:
+    """``text`` to print as it is (no rich markup or ``:emoji:`` codes, which keys such as
+    ``…:o:receipt:1`` would trigger), redacted."""
+    return Text(redact_text(text))

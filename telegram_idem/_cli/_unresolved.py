@@ -47,7 +47,14 @@ from telegram_idem._cli._common import (
     store_option,
     table,
 )
-from telegram_idem._cli._settle import JsonText, age_text, decode_json, json_value, result_problem
+from telegram_idem._cli._settle import (
+    JsonText,
+    age_text,
+    decode_json,
+    json_value,
+    plain,
+    result_problem,
+)
 from telegram_idem.backends import Store, has_ledger, has_outbox, outbox_of
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.outbox import CallStatus
@@ -190,7 +197,7 @@ def list_(
     ]
     out.show(
         {"count": len(items), "oldest_age": oldest, "items": items},
-        lambda: table(None, columns, rows) if items else "nothing is unresolved",
+        lambda: table(None, columns, rows) if items else plain("nothing is unresolved"),
     )
     if oldest is not None:
         if not as_json:
@@ -292,5 +299,5 @@ def resolve(
         fail(line, code)
     Output(as_json).show(
         {"key": key, "kind": kind, "resolved": "not_applied" if not_applied else "applied"},
-        lambda: line,
+        lambda: plain(line),
     )
