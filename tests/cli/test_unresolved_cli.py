@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, ClassVar
 
 import pytest
 from cli.ops_support import (
@@ -27,8 +27,11 @@ from cli.ops_support import (
     url_of,
 )
 
-from telegram_idem import AmbiguousEffectError, Idem, KeyBuilder, UnknownOutcomeError
-from telegram_idem.backends import ledger_of, outbox_of, store_from_url
+from telegram_idem import AmbiguousEffectError, Idem, KeyBuilder, Record, UnknownOutcomeError
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim
+from telegram_idem.backends import Store, ledger_of, outbox_of, store_from_url
+from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.outbox import CallStatus
 from telegram_idem.testing.bot_api import FakeBotAPI, Fault
 
@@ -299,3 +302,49 @@ async def test_a_store_read_through_the_environment(url: str, idem: Idem) -> Non
     await ambiguous(idem, idem.keys.action(BOT_ID, "env:1"))
     result = await invoke("unresolved", "list", "--json", env={"IDEM_STORE_URL": url})
     assert result.exit_code == 1 and as_json(result)["count"] == 1
+
+
+class _RecordsOnly(Store):
+    """A third-party store with records only: no effect ledger, no outbox."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("opsclirecords",)
+    driver_errors = ()
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> _RecordsOnly:
+        return cls()
+
+    async def _claim(
+        self, key: str, fingerprint: str | None, lease: float, retention: float
+    ) -> Claim:
+        return await self.inner.claim(
+            key, fingerprint=fingerprint, lease=lease, retention=retention
+        )
+
+    async def _claim_many(self, keys: Sequence[str], lease: float, retention: float) -> list[Claim]:
+        return await self.inner.claim_many(keys, lease=lease, retention=retention)
+
+    async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool:
+        return await self.inner.complete(key, token, result, retention=retention)
+
+    async def _fail(self, key: str, token: int, error: bytes, retention: float) -> bool:
+        return await self.inner.fail(key, token, error, retention=retention)
+
+    async def _release(self, key: str, token: int) -> bool:
+        return await self.inner.release(key, token)
+
+    async def _extend(self, key: str, token: int, lease: float) -> bool:
+        return await self.inner.extend(key, token, lease=lease)
+
+    async def _get(self, key: str) -> Record | None:
+        return await self.inner.get(key)
+
+
+async def test_a_store_with_neither_ledger_nor_outbox_exits_4() -> None:
+    for args in (["list"], ["resolve", "k", "--not-applied"]):
+        result = await invoke("unresolved", *args, "--store", "opsclirecords://x")
+        assert result.exit_code == 4, result.output
+        assert "_RecordsOnly has neither an effect ledger nor an outbox" in result.stderr
