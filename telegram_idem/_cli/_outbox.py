@@ -274,7 +274,9 @@ def list_(
     out = Output(as_json)
     columns = ["key", "bot", "method", "chat", "status", "attempts", "age", "last error"]
     empty = "no entries" + (f" in status {status}" if status else " to settle")
-    out.show(items, lambda: table(None, columns, _rows(items)) if items else plain(empty))
+    out.show(
+        items, lambda: table(None, columns, _rows(items), whole=["key"]) if items else plain(empty)
+    )
 
 
 # ----------------------------------------------------------------------- show

@@ -64,7 +64,7 @@ __all__ = ["unresolved"]
 DEFAULT_KEY_PREFIX = KeyBuilder().prefix
 """The guard's key namespace unless the bot gave ``KeyBuilder(prefix=...)``."""
 
-DETAIL_WIDTH = 70
+DETAIL_WIDTH = 50
 """Characters of ``detail`` a table shows (``--json`` gives it whole)."""
 
 
@@ -197,7 +197,9 @@ def list_(
     ]
     out.show(
         {"count": len(items), "oldest_age": oldest, "items": items},
-        lambda: table(None, columns, rows) if items else plain("nothing is unresolved"),
+        lambda: (
+            table(None, columns, rows, whole=["key"]) if items else plain("nothing is unresolved")
+        ),
     )
     if oldest is not None:
         if not as_json:
