@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import sys
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +158,20 @@ async def store_time_passes(store: Store, moment: float) -> None:
     ``moment``: a dead holder's lease is over for every reader then."""
     while await store.now() <= moment:
         await asyncio.sleep(0.05)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SH_BLOCK = re.compile(r"^```sh\n(?P<code>.*?)^```\s*$", re.DOTALL | re.MULTILINE)
+
+
+def documented_commands(page: str, group: str) -> list[list[str]]:
+    """The ``telegram-idem <group> …`` command lines of the ```sh blocks of
+    ``docs/<page>``, split as a shell splits them (without ``telegram-idem``)."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    lines: list[list[str]] = []
+    for block in SH_BLOCK.finditer(text):
+        for line in block["code"].splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["telegram-idem", group]:
+                lines.append(words[1:])
+    return lines

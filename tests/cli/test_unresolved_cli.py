@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -20,6 +21,7 @@ from cli.ops_support import (
     STORES,
     Bot,
     as_json,
+    documented_commands,
     holder_killed_in_effect,
     invoke,
     marked,
@@ -348,3 +350,20 @@ async def test_a_store_with_neither_ledger_nor_outbox_exits_4() -> None:
         result = await invoke("unresolved", *args, "--store", "opsclirecords://x")
         assert result.exit_code == 4, result.output
         assert "_RecordsOnly has neither an effect ledger nor an outbox" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("page", "group"),
+    [("effects.md", "unresolved"), ("outbound.md", "outbox")],
+)
+async def test_the_documented_command_lines_run(page: str, group: str, tmp_path: Path) -> None:
+    """Every ``telegram-idem outbox|unresolved`` line of the guides' shell blocks is a
+    valid command: run on an empty SQLite store, it answers 0 or 1 (nothing there),
+    never a usage error."""
+    lines = documented_commands(page, group)
+    assert lines
+    url = f"sqlite:///{tmp_path / 'bot.db'}"
+    for words in lines:
+        args = [url if w == "sqlite:///bot.db" else w for w in words]
+        result = await invoke(*args, env={"IDEM_STORE_URL": url})
+        assert result.exit_code in (0, 1), (words, result.output)
