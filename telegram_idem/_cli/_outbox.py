@@ -363,7 +363,9 @@ async def _redrive_dead(url: str, bot_id: int | None, batch: int, out: Output) -
                             done += 1
                             bar.advance(task)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            out.note(f"stopped after {done} of {total}: those are pending again")
+            out.note(
+                f"stopped after {done} of {total}: those are pending again, the rest stay dead"
+            )
             raise
     return {"redriven": done, "dead_before": total}
 
