@@ -16,7 +16,8 @@ from telegram_idem import _inbox_logic as logic
 from telegram_idem._text import storable_text
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._schema import RecordRows
-from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
+from telegram_idem.ledger import check_limit
 
 __all__ = ["SQLiteInbox"]
 
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 _COLUMNS = (
     "id, seq, ordering_key, payload, status, attempts, token, available_at, "
-    "lease_expires_at, last_error"
+    "lease_expires_at, last_error, admitted_at"
 )
 # The head of each live ordering key, if it is takeable: oldest first.
 _TAKE = f"""
@@ -40,9 +41,9 @@ _HELD = "id = :id AND token = :token AND status = 'in_flight'"
 
 
 def _entry(row: tuple[Any, ...]) -> InboxEntry:
-    eid, seq, key, payload, status, attempts, token, avail, lease, err = row
+    eid, seq, key, payload, status, attempts, token, avail, lease, err, admitted = row
     return InboxEntry(
-        eid, seq, key, payload, EntryStatus(status), attempts, token, avail, lease, err
+        eid, seq, key, payload, EntryStatus(status), attempts, token, avail, lease, err, admitted
     )
 
 
@@ -77,8 +78,8 @@ class SQLiteInbox(Inbox):
         records.write(record)
         conn.execute(
             "INSERT OR REPLACE INTO idem_inbox (id, ordering_key, payload, status, attempts, token, "
-            "available_at, lease_expires_at) VALUES (?, ?, ?, 'pending', 0, 0, ?, 0)",
-            (entry.update_key, logic.ordering_unit(entry), entry.payload, now),
+            "available_at, lease_expires_at, admitted_at) VALUES (?, ?, ?, 'pending', 0, 0, ?, 0, ?)",
+            (entry.update_key, logic.ordering_unit(entry), entry.payload, now, now),
         )
         return True
 
@@ -166,3 +167,75 @@ class SQLiteInbox(Inbox):
             return row[0]
 
         return await self._read("depth", count)
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        row = await self._read(
+            "get",
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM idem_inbox WHERE id = ?", (entry_id,)
+            ).fetchone(),
+        )
+        return None if row is None else _entry(row)
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        check_limit(limit)
+        where: list[str] = []
+        args: list[Any] = []
+        if status is not None:
+            where.append("status = ?")  # idem_inbox_status (status, seq)
+            args.append(EntryStatus(status).value)
+        if ordering_key is not None:
+            where.append("ordering_key = ?")
+            args.append(ordering_key)
+        sql = f"SELECT {_COLUMNS} FROM idem_inbox"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq LIMIT ?"
+        rows = await self._read("entries", lambda c: c.execute(sql, (*args, limit)).fetchall())
+        return [_entry(r) for r in rows]
+
+    async def drop(self, entry_id: str) -> bool:
+        def body(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(
+                "DELETE FROM idem_inbox WHERE id = ? AND status = 'dead'", (entry_id,)
+            )
+            return cur.rowcount == 1
+
+        return await self._write("drop", body)
+
+    async def stats(self) -> InboxStats:
+        def read(conn: sqlite3.Connection) -> InboxStats:
+            # One statement, one snapshot; the clock is read beside it.
+            rows = conn.execute(
+                "SELECT status, COUNT(*), MIN(admitted_at) FROM idem_inbox GROUP BY status"
+            ).fetchall()
+            counts = dict.fromkeys(EntryStatus, 0)
+            oldest: dict[EntryStatus, float] = {}
+            for status, n, admitted in rows:
+                counts[EntryStatus(status)] = n
+                oldest[EntryStatus(status)] = admitted
+            return InboxStats(counts=counts, oldest_admitted_at=oldest, now=self._db.clock())
+
+        return await self._read("stats", read)
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        check_limit(limit)
+
+        def read(conn: sqlite3.Connection) -> list[UnitBacklog]:
+            # The live entries only, through the partial index idem_inbox_heads.
+            rows = conn.execute(
+                "SELECT ordering_key, SUM(status = 'pending'), SUM(status = 'in_flight'), "
+                "MIN(admitted_at) FROM idem_inbox INDEXED BY idem_inbox_heads "
+                "WHERE status != 'dead' GROUP BY ordering_key "
+                "ORDER BY COUNT(*) DESC, MIN(admitted_at) LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [UnitBacklog(k, int(p), int(f), float(a)) for k, p, f, a in rows]
+
+        return await self._read("backlog", read)

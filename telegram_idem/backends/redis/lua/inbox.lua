@@ -16,13 +16,14 @@ end
 
 local function load_entry(id)
   local v = redis.call('HMGET', ekey(id), 'seq', 'okey', 'status', 'attempts', 'token',
-                       'avail', 'lease')
+                       'avail', 'lease', 'adm')
   if not v[1] then
     return nil
   end
+  -- adm (admitted_at, ms) is absent from entries admitted before it was recorded: 0
   return {id = id, seq = tonumber(v[1]), okey = v[2], status = v[3],
           attempts = tonumber(v[4]), token = tonumber(v[5]), avail = tonumber(v[6]),
-          lease = tonumber(v[7])}
+          lease = tonumber(v[7]), adm = tonumber(v[8] or '0')}
 end
 
 -- When a live entry becomes takeable: a pending one when due, an in-flight one when its
@@ -65,5 +66,5 @@ end
 local function entry_reply(e)
   local v = redis.call('HMGET', ekey(e.id), 'payload', 'err')
   return {e.id, e.seq, e.okey, v[1], e.status, e.attempts, e.token, e.avail, e.lease,
-          v[2] or false}
+          v[2] or false, e.adm}
 end
