@@ -3,6 +3,7 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem inbox stats|list|show|redrive|drop   the durable inbox and its dead letters
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import click
 
+from telegram_idem._cli._inbox import inbox
 from telegram_idem._cli._migrate import migrate
 
 __all__ = ["cli", "main"]
@@ -29,6 +31,7 @@ def cli() -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(inbox)
 
 
 def main() -> None:
