@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 
 from telegram_idem._cli._common import (
@@ -331,7 +332,7 @@ def show_command(store_url: str, as_json: bool, entry_id: str) -> None:
             fields.append(("retry at", _when(got.available_at)))
         body = json.dumps(data["payload"], indent=2, ensure_ascii=False)
         # Plain text, never cropped to the terminal: the error and payload are copyable.
-        parts: list[object] = [table(None, ["field", "value"], fields)]
+        parts: list[Table | Text] = [table(None, ["field", "value"], fields)]
         if got.last_error:
             parts.append(Text(f"last error: {got.last_error}"))
         parts += [Text("payload:"), Text(body)]

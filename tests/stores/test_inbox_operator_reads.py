@@ -21,8 +21,13 @@ from services import UrlFactory, postgres_dsn
 
 from telegram_idem import ConfigurationError, ManualClock
 from telegram_idem.backends.memory import MemoryStore
-from telegram_idem.backends.postgres import PostgresStore, create_ddl, inbox_table_name
-from telegram_idem.backends.redis import RedisStore
+from telegram_idem.backends.postgres import (
+    PostgresInbox,
+    PostgresStore,
+    create_ddl,
+    inbox_table_name,
+)
+from telegram_idem.backends.redis import RedisInbox, RedisStore
 from telegram_idem.backends.redis import _inbox as redis_inbox
 from telegram_idem.backends.sqlite import SQLiteStore
 from telegram_idem.inbox import EntryStatus, Inbox, NewEntry
@@ -201,6 +206,7 @@ async def test_postgres_listings_read_an_index_not_the_whole_table(
     store = PostgresStore.from_url(url, clock=clock)
     try:
         inbox = store.inbox()
+        assert isinstance(inbox, PostgresInbox)
         await inbox.admit_many(
             [entry(uid, f"chat:{uid % 50}") for uid in range(5000)], retention=RETENTION
         )
@@ -240,6 +246,7 @@ async def test_redis_reads_an_entry_without_adm_as_admitted_at_zero(
     store = RedisStore.from_url(redis_url_factory(), clock=clock)
     try:
         inbox = store.inbox()
+        assert isinstance(inbox, RedisInbox)
         assert await inbox.admit(entry(1), retention=RETENTION)
         ekey = inbox.key("e:idem:7:u:1")
         assert await store.connection.execute(lambda c: c.hdel(ekey, "adm")) == 1
