@@ -148,7 +148,8 @@ def inbox() -> None:
     repair (redrive, drop).
 
     Entries are named by their id, the update guard key of their update
-    (``<prefix>:<bot_id>:u:<update_id>``), as ``list`` shows it.
+    (<prefix>:<bot_id>:u:<update_id>, e.g. idem:123456:u:9001), as "list" shows it.
+    Every command reads the store URL from --store or $IDEM_STORE_URL.
     """
 
 
@@ -247,7 +248,7 @@ def list_command(
     store_url: str, as_json: bool, status: str | None, chat: str | None, limit: int
 ) -> None:
     """Entries oldest first (admission order), each with its update's id, type and chat
-    and its last error, cut to one line (``show ENTRY_ID`` prints one in full).
+    and its last error, cut to one line ("show ENTRY_ID" prints one in full).
 
     Exit status 0, also when nothing is listed.
 
@@ -433,7 +434,7 @@ def redrive_command(
     """Put dead letters back to pending: each at the tail of its chat, attempts reset, so
     the bot's inbox worker processes it again (fix the cause first).
 
-    Give ENTRY_IDs (as ``list --status dead`` shows them) or --all.
+    Give ENTRY_IDs (as "list --status dead" shows them) or --all.
     Exit status 1 if an ENTRY_ID is not a dead letter (nothing is done to it), 130 if
     Ctrl-C stopped --all.
 

@@ -298,3 +298,10 @@ def test_the_store_url_comes_from_the_environment(
     monkeypatch.setenv("IDEM_STORE_URL", url)
     listed = _json(invoke("inbox", "list", "--json"))
     assert [e["id"] for e in listed] == [entry_id(1)]
+
+
+@pytest.mark.dynamodb
+def test_a_store_without_an_inbox_exits_4(dynamodb_url_factory: UrlFactory) -> None:
+    result = invoke("inbox", "stats", "--store", dynamodb_url_factory())
+    assert result.exit_code == 4, result.output
+    assert "inbox" in result.stderr.lower()

@@ -35,7 +35,7 @@ from telegram_idem.backends.postgres import (
     create_ddl,
     migrate,
 )
-from telegram_idem.inbox._base import Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox._base import EntryStatus, Inbox, InboxEntry, NewEntry
 
 pytestmark = pytest.mark.postgres
 
@@ -131,6 +131,12 @@ async def test_every_inbox_call_is_one_round_trip(
     await inbox.redrive(w.id)
     await inbox.dead_letters()
     await inbox.depth()
+    await inbox.get(w.id)
+    await inbox.entries()
+    await inbox.entries(status=EntryStatus.DEAD)
+    await inbox.stats()
+    await inbox.backlog()
+    await inbox.drop("idem:7:u:nothing")
     for _ in range(2):
         w2 = await inbox.take(lease=LEASE)
         assert w2 is not None
@@ -157,6 +163,12 @@ async def test_every_inbox_call_is_one_round_trip(
         ("stale ack", lambda: inbox.ack(taken)),
         ("depth", lambda: inbox.depth()),
         ("dead_letters", lambda: inbox.dead_letters()),
+        ("get", lambda: inbox.get(taken.id)),
+        ("entries", lambda: inbox.entries()),
+        ("entries by status", lambda: inbox.entries(status=EntryStatus.DEAD)),
+        ("stats", lambda: inbox.stats()),
+        ("backlog", lambda: inbox.backlog()),
+        ("drop (not a dead letter)", lambda: inbox.drop(taken.id)),
     ]
     for name, call in calls:
         trips.clear()
