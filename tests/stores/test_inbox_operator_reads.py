@@ -240,22 +240,49 @@ async def test_postgres_listings_read_an_index_not_the_whole_table(
 
 
 @pytest.mark.redis
-async def test_redis_reads_an_entry_without_adm_as_admitted_at_zero(
+async def test_redis_reads_entries_of_an_older_version_and_files_them_for_stats(
     redis_url_factory: UrlFactory, clock: ManualClock
 ) -> None:
     store = RedisStore.from_url(redis_url_factory(), clock=clock)
     try:
         inbox = store.inbox()
         assert isinstance(inbox, RedisInbox)
-        assert await inbox.admit(entry(1), retention=RETENTION)
-        ekey = inbox.key("e:idem:7:u:1")
-        assert await store.connection.execute(lambda c: c.hdel(ekey, "adm")) == 1
-        old = await inbox.get("idem:7:u:1")
-        assert old is not None and old.admitted_at == 0.0
+        await inbox.admit_many([entry(1, "a"), entry(2, "b"), entry(3, "c")], retention=RETENTION)
+        dead = await inbox.take(lease=LEASE)
+        assert dead is not None and await inbox.bury(dead, error="bad")
+        held = await inbox.take(lease=LEASE)
+        assert held is not None
+        # the inbox as a version before admitted_at left it: no adm field, no T:a:<status>
+        old = [inbox.key(f"a:{s.value}") for s in EntryStatus]
+        hashes = [inbox.key(f"e:idem:7:u:{uid}") for uid in (1, 2, 3)]
+
+        async def downgrade(client: Any) -> None:
+            await client.delete(*old)
+            for h in hashes:
+                await client.hdel(h, "adm")
+
+        await store.connection.execute(downgrade)
+        got = await inbox.get("idem:7:u:3")
+        assert got is not None and got.admitted_at == 0.0
+        stats = await inbox.stats()  # files the entries under their status once
+        assert dict(stats.counts) == dict.fromkeys(EntryStatus, 1)
+        assert dict(stats.oldest_admitted_at) == dict.fromkeys(EntryStatus, 0.0)
+        assert [u.oldest_admitted_at for u in await inbox.backlog()] == [0.0, 0.0]
+        clock.advance(5)
+        assert await inbox.admit(entry(4, "d"), retention=RETENTION)
+        assert await inbox.ack(held)
         stats = await inbox.stats()
-        assert dict(stats.oldest_admitted_at) == {EntryStatus.PENDING: 0.0}
-        [unit] = await inbox.backlog()
-        assert unit.oldest_admitted_at == 0.0
+        assert dict(stats.counts) == {
+            EntryStatus.PENDING: 2,
+            EntryStatus.IN_FLIGHT: 0,
+            EntryStatus.DEAD: 1,
+        }
+        assert dict(stats.oldest_admitted_at) == {
+            EntryStatus.PENDING: 0.0,
+            EntryStatus.DEAD: 0.0,
+        }
+        assert await inbox.drop(dead.id)
+        assert (await inbox.stats()).counts[EntryStatus.DEAD] == 0
     finally:
         await store.close()
 

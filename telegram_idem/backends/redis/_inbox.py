@@ -21,6 +21,8 @@ so every inbox script touches one slot (one node) on a Redis Cluster. With
                   when it will be (ms): a retry's ``avail``, an in-flight lease end
 ``T:live``        zset: live entry ids by seq (``depth`` is its ``ZCARD``)
 ``T:dead``        zset: dead-letter ids by seq (``dead_letters`` reads it in order)
+``T:a:<status>``  zset per status (pending, in_flight, dead): its entry ids by
+                  ``adm``, so ``stats`` counts and dates each status in O(1)
 ================  ===============================================================
 
 Every ordering key with live entries is in exactly one of ``T:ready`` / ``T:wait``; each
@@ -48,11 +50,14 @@ Scripts (``redis/lua/inbox*.lua``; they reuse the record scripts' helpers,
 - **read** (the operator's reads, ``inbox_read.lua``): ``get`` one hash; ``entries``
   merges ``T:live`` (or one ``T:k:<okey>``) and ``T:dead`` by seq from a cursor, each call
   reading at most :data:`ENTRIES_BUDGET` members of each, so a listing is a few bounded
-  scripts (read on from the cursor), never a scan of the keyspace; ``stats`` and
-  ``backlog`` are one script each over the inbox's own sets (``T:live`` and ``T:dead``;
-  the ordering keys of ``T:ready`` and ``T:wait`` and their ``T:k:…``): one snapshot, at
-  a cost of about one ``HMGET`` per entry, so on an inbox of 100,000 entries each blocks
-  Redis for some tens of milliseconds.
+  scripts (read on from the cursor), never a scan of the keyspace; in-flight entries
+  (at most one per ordering key) are read from ``T:a:in_flight``. ``stats`` is O(1):
+  the size and first score of each ``T:a:<status>``. Entries written by a version
+  before those sets are not in them: ``stats`` then rebuilds the sets once from
+  ``T:live`` and ``T:dead`` (one walk of every entry: about 0.8 s of Redis time for
+  100,000 entries). ``backlog`` is one script over the ordering keys of ``T:ready`` and
+  ``T:wait`` and their ``T:k:…``, about 3.5 µs of Redis time per live entry (0.36 s for
+  100,000 in 1,000 chats).
 
 Round trips: every call is ONE ``EVALSHA`` (``depth``: one ``ZCARD``), on a single node
 and on a cluster alike; ``admit_many`` admits the whole batch in one script.

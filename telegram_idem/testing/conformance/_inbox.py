@@ -524,3 +524,42 @@ class InboxContract(ConformanceBase):
         assert [u.ordering_key for u in await inbox.backlog(limit=2)] == ["chat:a", "chat:d"]
         assert taken[0] is not None and await inbox.ack(taken[0])
         assert "chat:b" not in [u.ordering_key for u in await inbox.backlog()]
+
+    @pytest.mark.asyncio
+    async def test_stats_follow_retries_redrives_and_readmissions(
+        self, inbox: Inbox, clock: ManualClock
+    ) -> None:
+        def counts(pending: int, in_flight: int, dead: int) -> dict[EntryStatus, int]:
+            return {
+                EntryStatus.PENDING: pending,
+                EntryStatus.IN_FLIGHT: in_flight,
+                EntryStatus.DEAD: dead,
+            }
+
+        t0 = clock.now
+        await inbox.admit(entry(1, "chat:a"), retention=10)
+        await inbox.admit(entry(2, "chat:b"), retention=RETENTION)
+        one = await inbox.take(lease=LEASE)
+        assert one is not None
+        assert await inbox.retry(one, delay=0, error="boom")
+        assert dict((await inbox.stats()).counts) == counts(2, 0, 0)
+        again = await inbox.take(lease=LEASE)
+        assert again is not None and again.id == one.id
+        assert await inbox.bury(again, error="bad")
+        assert dict((await inbox.stats()).counts) == counts(1, 0, 1)
+        assert await inbox.redrive(one.id)
+        redriven = await inbox.stats()
+        assert dict(redriven.counts) == counts(2, 0, 0)
+        assert dict(redriven.oldest_admitted_at) == {EntryStatus.PENDING: t0}
+        two = await inbox.take(lease=LEASE)
+        assert two is not None and two.id == "idem:7:u:2" and await inbox.ack(two)
+        assert dict((await inbox.stats()).counts) == counts(1, 0, 0)
+        # update 1's guard record expires while its entry waits: a re-delivery of the
+        # update is admitted again and replaces the entry (admitted now)
+        clock.advance(11)
+        assert await inbox.admit(entry(1, "chat:a"), retention=10)
+        readmitted = await inbox.stats()
+        assert dict(readmitted.counts) == counts(1, 0, 0)
+        assert dict(readmitted.oldest_admitted_at) == {EntryStatus.PENDING: t0 + 11}
+        got = await inbox.get(one.id)
+        assert got is not None and (got.admitted_at, got.attempts) == (t0 + 11, 0)

@@ -32,6 +32,7 @@ for i = 6, #KEYS do
                'avail', fmt(now), 'lease', '0', 'adm', fmt(now))
     redis.call('ZADD', kkey(okey), fmt(seq), id)
     redis.call('ZADD', K_LIVE, fmt(seq), id)
+    mark(id, 'pending', now)
     place(okey)
     out[#out + 1] = 1
   else

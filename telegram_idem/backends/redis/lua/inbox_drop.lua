@@ -8,4 +8,5 @@ if e == nil or e.status ~= 'dead' then
 end
 redis.call('DEL', ekey(id))
 redis.call('ZREM', K_DEAD, id)
+mark(id, nil, 0)
 return 1

@@ -1,11 +1,13 @@
--- read (get / entries / stats / backlog) = record.lua .. inbox.lua .. this. Writes nothing.
+-- read (get / entries / stats / backlog) = record.lua .. inbox.lua .. this. Writes
+-- nothing, except that stats files entries left unfiled by an older version (see there).
 -- ARGV[3]: op.
 --   get: ARGV[4] id. Reply: the entry, or nil.
 --   entries: ARGV[4] status ('' = any), ARGV[5] ordering key ('' = any), ARGV[6] after
 --     (a seq: only entries with a larger one), ARGV[7] limit (>= 1), ARGV[8] budget (most
 --     members read from each source zset by this call). Reply: {cursor, done, entry...}:
 --     the matching entries in seq order, at most limit; read on from cursor until done.
---   stats: Reply: {now_ms, status, n, oldest_adm_ms, ...} for each status with entries.
+--   stats: Reply: {now_ms, status, n, oldest_adm_ms, ...} for each status with entries,
+--     from T:a:<status>: O(1).
 --   backlog: ARGV[4] limit. Reply: {okey, pending, in_flight, oldest_adm_ms} per unit,
 --     the most live entries first (ties: the oldest, then the key).
 local op = ARGV[3]
@@ -23,6 +25,22 @@ elseif op == 'entries' then
   -- The sources, each a zset of ids by seq: the live entries (of one ordering key when
   -- given: T:k:<okey>) unless only dead letters are wanted, and the dead letters unless
   -- only live entries are.
+  if status == 'in_flight' and okey == '' then
+    -- few (at most one per ordering key): all of T:a:in_flight, in seq order
+    local held = {}
+    for _, id in ipairs(redis.call('ZRANGE', akey('in_flight'), 0, -1)) do
+      local e = load_entry(id)
+      if e and e.status == 'in_flight' and e.seq > after then
+        held[#held + 1] = e
+      end
+    end
+    table.sort(held, function(a, b) return a.seq < b.seq end)
+    local out = {}
+    for i = 1, math.min(#held, limit) do
+      out[#out + 1] = entry_reply(held[i])
+    end
+    return {fmt(after), 1, unpack(out)}
+  end
   local sources = {}
   if status ~= 'dead' then
     sources[#sources + 1] = (okey ~= '' and kkey(okey)) or K_LIVE
@@ -64,24 +82,38 @@ elseif op == 'entries' then
   return {fmt(bound), 0, unpack(out)}
 
 elseif op == 'stats' then
-  local n, oldest = {}, {}
-  for _, src in ipairs({K_LIVE, K_DEAD}) do
-    for _, id in ipairs(redis.call('ZRANGE', src, 0, -1)) do
-      local v = redis.call('HMGET', ekey(id), 'status', 'adm')
-      if v[1] then
-        local adm = tonumber(v[2] or '0')
-        n[v[1]] = (n[v[1]] or 0) + 1
-        if oldest[v[1]] == nil or adm < oldest[v[1]] then
-          oldest[v[1]] = adm
+  -- Every entry is filed under its status in T:a:<status> (mark). Entries written by a
+  -- version before those sets are not: then the sets are rebuilt from T:live and T:dead
+  -- once (a walk of every entry), and ids whose hash is gone are forgotten.
+  local total = redis.call('ZCARD', K_LIVE) + redis.call('ZCARD', K_DEAD)
+  local filed = 0
+  for _, s in ipairs(STATUSES) do
+    filed = filed + redis.call('ZCARD', akey(s))
+  end
+  if filed ~= total then
+    for _, s in ipairs(STATUSES) do
+      redis.call('DEL', akey(s))
+    end
+    for _, src in ipairs({K_LIVE, K_DEAD}) do
+      for _, id in ipairs(redis.call('ZRANGE', src, 0, -1)) do
+        local v = redis.call('HMGET', ekey(id), 'status', 'adm')
+        if v[1] then
+          redis.call('ZADD', akey(v[1]), v[2] or '0', id)
+        else
+          redis.call('ZREM', src, id)
         end
       end
     end
   end
   local out = {fmt(now)}
-  for status, count in pairs(n) do
-    out[#out + 1] = status
-    out[#out + 1] = count
-    out[#out + 1] = fmt(oldest[status])
+  for _, s in ipairs(STATUSES) do
+    local n = redis.call('ZCARD', akey(s))
+    if n > 0 then
+      local first = redis.call('ZRANGE', akey(s), 0, 0, 'WITHSCORES')
+      out[#out + 1] = s
+      out[#out + 1] = n
+      out[#out + 1] = fmt(tonumber(first[2]))
+    end
   end
   return out
 
