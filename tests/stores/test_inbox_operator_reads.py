@@ -30,6 +30,7 @@ from telegram_idem.backends.postgres import (
 from telegram_idem.backends.redis import RedisInbox, RedisStore
 from telegram_idem.backends.redis import _inbox as redis_inbox
 from telegram_idem.backends.sqlite import SQLiteStore
+from telegram_idem.backends.sqlite._inbox import _listing as sqlite_listing
 from telegram_idem.inbox import EntryStatus, Inbox, NewEntry
 
 RETENTION = 3600.0
@@ -117,25 +118,34 @@ async def test_sqlite_adds_admitted_at_to_an_older_file_on_open(
         await again.close()
 
 
-async def test_sqlite_listings_by_status_read_their_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("status", "key", "index"),
+    [
+        (None, None, None),  # rowid (seq) order, cut by the limit
+        (EntryStatus.DEAD, None, "idem_inbox_status"),
+        (EntryStatus.PENDING, None, "idem_inbox_status"),
+        (EntryStatus.PENDING, "chat:1", "idem_inbox_heads"),
+        (EntryStatus.DEAD, "chat:1", "idem_inbox_status"),
+        (None, "chat:1", "idem_inbox_heads"),
+    ],
+)
+async def test_sqlite_listings_read_in_index_order(
+    tmp_path: Path, status: EntryStatus | None, key: str | None, index: str | None
+) -> None:
     store = SQLiteStore(tmp_path / "bot.db")
     try:
         await store.inbox().depth()  # opens the file and makes the tables
     finally:
         await store.close()
+    sql, args = sqlite_listing(status, key)
     conn = sqlite3.connect(tmp_path / "bot.db")
     try:
-        plan = " ".join(
-            str(row[-1])
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT * FROM idem_inbox WHERE status = ? "
-                "ORDER BY seq LIMIT 10",
-                ("dead",),
-            )
-        )
+        plan = [str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", (*args, 10))]
     finally:
         conn.close()
-    assert "idem_inbox_status" in plan and "TEMP B-TREE" not in plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan  # no sort of all rows
+    if index is not None:
+        assert any(index in step for step in plan), plan
 
 
 # ----------------------------------------------------------------- PostgreSQL

@@ -47,6 +47,25 @@ def _entry(row: tuple[Any, ...]) -> InboxEntry:
     )
 
 
+def _listing(status: EntryStatus | None, key: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The statement of :meth:`SQLiteInbox.entries` (its last parameter the limit), each
+    read in ``seq`` order from an index: one status from ``idem_inbox_status``, one
+    ordering key's live entries from ``idem_inbox_heads``; everything by ``seq``."""
+    select = f"SELECT {_COLUMNS} FROM idem_inbox"
+    if key is None:
+        if status is None:
+            return f"{select} ORDER BY seq LIMIT ?", ()
+        return f"{select} WHERE status = ? ORDER BY seq LIMIT ?", (EntryStatus(status).value,)
+    live = f"{select} WHERE ordering_key = ? AND status != 'dead'"
+    dead = f"{select} WHERE status = 'dead' AND ordering_key = ?"
+    if status is None:
+        both = f"SELECT * FROM ({live}) UNION ALL SELECT * FROM ({dead})"
+        return f"SELECT * FROM ({both}) ORDER BY seq LIMIT ?", (key, key)
+    if EntryStatus(status) is EntryStatus.DEAD:
+        return f"{dead} ORDER BY seq LIMIT ?", (key,)
+    return f"{live} AND status = ? ORDER BY seq LIMIT ?", (key, EntryStatus(status).value)
+
+
 class SQLiteInbox(Inbox):
     """Durable inbox in the store's SQLite file.
 
@@ -185,18 +204,7 @@ class SQLiteInbox(Inbox):
         limit: int = 100,
     ) -> list[InboxEntry]:
         check_limit(limit)
-        where: list[str] = []
-        args: list[Any] = []
-        if status is not None:
-            where.append("status = ?")  # idem_inbox_status (status, seq)
-            args.append(EntryStatus(status).value)
-        if ordering_key is not None:
-            where.append("ordering_key = ?")
-            args.append(ordering_key)
-        sql = f"SELECT {_COLUMNS} FROM idem_inbox"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq LIMIT ?"
+        sql, args = _listing(status, ordering_key)
         rows = await self._read("entries", lambda c: c.execute(sql, (*args, limit)).fetchall())
         return [_entry(r) for r in rows]
 
