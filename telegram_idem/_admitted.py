@@ -14,7 +14,8 @@ shape: an update in progress elsewhere (WARNING); the start and the end of a wai
 through a store outage (WARNING each); an admission refused by an outage (WARNING, or
 ERROR with "LOST" when the caller kept trying because Telegram will not re-send it); an
 update run unguarded (ERROR); an update processed whose completion could not be stored
-(ERROR). Decisions themselves are events (:mod:`telegram_idem.events`).
+(ERROR). Decisions themselves are events (:mod:`telegram_idem.events`), and so is each
+claim the store could not answer (decision ``"store_error"``).
 """
 
 from __future__ import annotations
@@ -323,7 +324,18 @@ async def _claim_key(
 ) -> Claim:
     """:func:`claim_update` of the update's key ``key``, already made."""
     started = time.perf_counter()
-    claim = await host.store.claim(key, lease=host.lease, retention=host.update_retention)
+    try:
+        claim = await host.store.claim(key, lease=host.lease, retention=host.update_retention)
+    except StoreError:
+        emit_decision(
+            boundary="update",
+            key=key,
+            decision="store_error",
+            update=update,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            bot_id=bot_id,
+        )
+        raise
     emit_decision(
         boundary="update",
         key=claim.record.key,

@@ -48,7 +48,13 @@ from telegram_idem._joined import JoinedTransaction, bound_transaction
 from telegram_idem._keys import KeyBuilder
 from telegram_idem._locks import acquire_lock
 from telegram_idem._records import Claim, Outcome
-from telegram_idem._settled import SETTLED, emit_claim, failure_bytes, settled_answer
+from telegram_idem._settled import (
+    SETTLED,
+    emit_claim,
+    emit_claim_error,
+    failure_bytes,
+    settled_answer,
+)
 from telegram_idem._transaction import run_joined, transaction
 from telegram_idem._unresolved import Unresolved, oldest_unresolved_age, resolve, unresolved
 from telegram_idem._updates import ordering_key
@@ -59,6 +65,7 @@ from telegram_idem.errors import (
     LockHeldError,
     LostClaimError,
     ResultEncodingError,
+    StoreError,
 )
 from telegram_idem.events import emit_decision
 from telegram_idem.inbox import Inbox, NewEntry
@@ -452,9 +459,13 @@ class Idem:
         waited = False
         while True:
             started = time.perf_counter()
-            claim = await self.store.claim(
-                key, fingerprint=fingerprint, lease=lease, retention=retention
-            )
+            try:
+                claim = await self.store.claim(
+                    key, fingerprint=fingerprint, lease=lease, retention=retention
+                )
+            except StoreError:
+                emit_claim_error(boundary=boundary, key=key, handler=handler, started=started)
+                raise
             outcome = claim.outcome
             emit_claim(claim, boundary=boundary, key=key, handler=handler, started=started)
             if outcome is Outcome.ACQUIRED:

@@ -64,6 +64,9 @@ async def admit_to_inbox(
     try:
         admitted = await inbox.admit_many(entries, retention=host.update_retention)
     except StoreError as exc:
+        elapsed = (time.perf_counter() - started) * 1000
+        for entry, update in zip(entries, updates, strict=True):
+            _emit_store_error(entry, update, elapsed, bot_id)
         return _inbox_outage(host, entries, updates, bot_id=bot_id, policy=policy, error=exc)
     refused = [e.update_key for e, ok in zip(entries, admitted, strict=True) if not ok]
     try:
@@ -109,6 +112,8 @@ async def admit_to_inbox(
                 elapsed_ms=elapsed,
                 bot_id=bot_id,
             )
+        elif outcome is Admission.UNAVAILABLE:
+            _emit_store_error(entry, update, elapsed, bot_id)
         result.append(
             Admitted(
                 host,
@@ -125,6 +130,20 @@ async def admit_to_inbox(
 
 def _shown_id(entry: NewEntry, update: Mapping[str, Any] | None) -> object:
     return update.get("update_id") if update is not None else entry.update_key
+
+
+def _emit_store_error(
+    entry: NewEntry, update: Mapping[str, Any] | None, elapsed_ms: float, bot_id: int
+) -> None:
+    """The decision event of an admission the store could not answer."""
+    emit_decision(
+        boundary="update",
+        key=entry.update_key,
+        decision="store_error",
+        update=update,
+        elapsed_ms=elapsed_ms,
+        bot_id=bot_id,
+    )
 
 
 def _inbox_outage(

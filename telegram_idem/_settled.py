@@ -16,7 +16,14 @@ from telegram_idem._records import Claim, Outcome, Record
 from telegram_idem.errors import ConflictError, StoredFailureError
 from telegram_idem.events import emit_decision
 
-__all__ = ["SETTLED", "emit_claim", "failure_bytes", "settled_answer", "stored_failure"]
+__all__ = [
+    "SETTLED",
+    "emit_claim",
+    "emit_claim_error",
+    "failure_bytes",
+    "settled_answer",
+    "stored_failure",
+]
 
 SETTLED = frozenset({Outcome.REPLAY, Outcome.FAILED, Outcome.CONFLICT})
 """The outcomes :func:`settled_answer` answers."""
@@ -87,6 +94,28 @@ def emit_claim(
         update=ctx.update if ctx is not None else None,
         handler=handler,
         fencing_token=claim.token,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        bot_id=ctx.bot_id if ctx is not None else None,
+    )
+
+
+def emit_claim_error(
+    *,
+    boundary: Literal["action", "step"],
+    key: str,
+    handler: str | None,
+    started: float,
+) -> None:
+    """Emit decision ``"store_error"`` for a claim of ``key`` the store could not answer
+    (a :class:`~telegram_idem.errors.StoreError` is on its way to the caller), with the
+    bound update and the time since ``started`` (``time.perf_counter()`` before it)."""
+    ctx = bound_update()
+    emit_decision(
+        boundary=boundary,
+        key=key,
+        decision="store_error",
+        update=ctx.update if ctx is not None else None,
+        handler=handler,
         elapsed_ms=(time.perf_counter() - started) * 1000,
         bot_id=ctx.bot_id if ctx is not None else None,
     )

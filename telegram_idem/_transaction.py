@@ -42,7 +42,13 @@ from telegram_idem._host import EffectHost
 from telegram_idem._joined import JoinedRecords, JoinedTransaction, bind_transaction
 from telegram_idem._keys import bounded_key
 from telegram_idem._records import Outcome
-from telegram_idem._settled import SETTLED, emit_claim, failure_bytes, settled_answer
+from telegram_idem._settled import (
+    SETTLED,
+    emit_claim,
+    emit_claim_error,
+    failure_bytes,
+    settled_answer,
+)
 from telegram_idem.backends import joined_of
 from telegram_idem.errors import (
     ConfigurationError,
@@ -204,7 +210,11 @@ async def _run_joined(
 ) -> T:
     records = joined.records
     started = time.perf_counter()
-    claim = await records.claim(key, fingerprint=fingerprint, lease=lease, retention=retention)
+    try:
+        claim = await records.claim(key, fingerprint=fingerprint, lease=lease, retention=retention)
+    except StoreError:
+        emit_claim_error(boundary=boundary, key=key, handler=handler, started=started)
+        raise
     outcome = claim.outcome
     emit_claim(claim, boundary=boundary, key=key, handler=handler, started=started)
     if outcome in SETTLED:

@@ -12,7 +12,8 @@ handed to each subscribed hook in the order they subscribed::
 The structured log record on the logger ``telegram_idem.decisions`` is the default
 subscriber: always there, it writes the event's fields into the record's ``extra``
 (``boundary``, ``key``, ``decision``, ``update_id``, ``chat_id``, ``user_id``,
-``handler``, ``fencing_token``, ``elapsed_ms``), at INFO, conflicts at WARNING.
+``handler``, ``fencing_token``, ``elapsed_ms``, ``seconds``), at INFO; conflicts,
+unknown outcomes, store errors and 429s at WARNING.
 
 Hooks are called synchronously, in the task that made the decision, before the guard
 acts on it: keep them quick (count, append, put on a queue), never blocking. A hook that
@@ -21,8 +22,17 @@ on ``telegram_idem.events``), later ones of the same subscription are not, and t
 hooks still run. When no hook is subscribed and the decision logger is off for the level,
 emitting costs one check: no event is built.
 
-A store outage makes no decision: it raises :class:`~telegram_idem.errors.StoreError`
-and is logged by the admission (:mod:`telegram_idem._admitted`).
+A store outage decides nothing, but it is counted as one: a claim (an update's, an
+inbox admission's, an action's or a step's) that the store could not answer emits
+decision ``"store_error"`` (at WARNING; ``elapsed_ms`` is how long the store took to
+fail) before its :class:`~telegram_idem.errors.StoreError` goes on to the admission
+(:mod:`telegram_idem._admitted`) or the caller.
+
+Flood control (boundary ``"flood"``, :mod:`telegram_idem.flood`) emits a 429 that paused
+the bot (``"retry_after"``, ``seconds`` the pause Telegram asked for) and a call that
+waited for its budgets (``"wait"``, ``seconds`` waited); ``handler`` is the Bot API
+method, ``key`` the flood-control key (``…:flood:<bot_id>:pause`` for a 429, the budget
+the call waited on for a wait).
 """
 
 from __future__ import annotations
@@ -48,18 +58,19 @@ __all__ = [
     "subscribe",
 ]
 
-Boundary = Literal["update", "action", "step", "lock", "outbox"]
+Boundary = Literal["update", "action", "step", "lock", "outbox", "flood"]
 """Where a decision was made: the update guard (a claim, or an inbox admission), the
-action guard, a side-effect step, a lock, or the outbox relay (what an outgoing call's
-answer decided)."""
+action guard, a side-effect step, a lock, the outbox relay (what an outgoing call's
+answer decided), or flood control (a 429's pause, a call's wait for its budgets)."""
 
 decision_logger = logging.getLogger("telegram_idem.decisions")
 """The logger of the default subscriber (one record per decision)."""
 
 _log = logging.getLogger("telegram_idem.events")
 
-_WARN = frozenset({"conflict", "unknown"})
-"""Decisions logged at WARNING: a conflict, and an effect whose outcome is unknown."""
+_WARN = frozenset({"conflict", "unknown", "store_error", "retry_after"})
+"""Decisions logged at WARNING: a conflict, an effect whose outcome is unknown, a claim
+the store could not answer, and a 429 (Telegram's flood control paused the bot)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +78,22 @@ class DecisionEvent:
     """One guard decision.
 
     Attributes:
-        boundary: ``"update"``, ``"action"``, ``"step"``, ``"lock"`` or ``"outbox"``.
+        boundary: ``"update"``, ``"action"``, ``"step"``, ``"lock"``, ``"outbox"`` or
+            ``"flood"``.
         decision: what was decided. Claims: ``"acquired"``, ``"replay"``,
-            ``"in_progress"``, ``"conflict"``, ``"failed"`` (a stored failure replayed).
+            ``"in_progress"``, ``"conflict"``, ``"failed"`` (a stored failure replayed),
+            ``"store_error"`` (the store could not answer the claim, or the inbox
+            admission: a :class:`~telegram_idem.errors.StoreError` follows).
             At-most-once actions and steps also: ``"unknown"`` (a holder met an
             unsettled effect, or it failed ambiguously) and ``"resolved"`` (settled by
             ``Idem.resolve``, or its resolution applied). Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
             ``"admitted"``, ``"duplicate"``, ``"not_yet"``. Outbox calls (``handler`` is
             the Bot API method): ``"delivered"``, ``"already_done"``, ``"flood_wait"``
             (a 429), ``"migrated"``, ``"resend"``, ``"not_sent"``, ``"unknown"``,
-            ``"dead"``, ``"parked"``.
-        key: the full idempotency key.
+            ``"dead"``, ``"parked"``. Flood control (``handler`` is the Bot API method):
+            ``"retry_after"`` (a 429 paused the bot), ``"wait"`` (a call waited for its
+            budgets).
+        key: the full idempotency key (for flood control, the flood-control key).
         update_id: the update decided about, or being processed (``None`` when no update
             is bound).
         chat_id: that update's chat id, if it has one.
@@ -87,6 +103,8 @@ class DecisionEvent:
             inbox admission).
         elapsed_ms: milliseconds the store took to decide (``0.0`` when not measured).
         bot_id: the receiving bot's id, when known.
+        seconds: flood control only: the pause a 429 asked for (``"retry_after"``), or
+            the seconds a call waited for its budgets (``"wait"``); else ``None``.
     """
 
     boundary: Boundary
@@ -99,11 +117,12 @@ class DecisionEvent:
     fencing_token: int | None = None
     elapsed_ms: float = 0.0
     bot_id: int | None = None
+    seconds: float | None = None
 
     @property
     def level(self) -> int:
-        """The log level of its record: WARNING for a conflict or an unknown outcome
-        (someone must look), else INFO."""
+        """The log level of its record: WARNING for a conflict, an unknown outcome, a
+        store error or a 429 (someone must look), else INFO."""
         return logging.WARNING if self.decision in _WARN else logging.INFO
 
 
@@ -199,6 +218,7 @@ def emit_decision(
     fencing_token: int | None = None,
     elapsed_ms: float = 0.0,
     bot_id: int | None = None,
+    seconds: float | None = None,
 ) -> None:
     """Build the :class:`DecisionEvent` of a decision and :func:`emit` it, unless nobody
     listens (:func:`listening`): then nothing is built.
@@ -212,6 +232,7 @@ def emit_decision(
         fencing_token: the deciding record's token.
         elapsed_ms: milliseconds the decision took.
         bot_id: the receiving bot's id, when known.
+        seconds: flood control's pause or wait, in seconds (see :class:`DecisionEvent`).
     """
     level = logging.WARNING if decision in _WARN else logging.INFO
     if not listening(level):
@@ -228,6 +249,7 @@ def emit_decision(
             fencing_token=fencing_token,
             elapsed_ms=round(elapsed_ms, 3),
             bot_id=bot_id,
+            seconds=seconds,
         )
     )
 
@@ -244,6 +266,7 @@ def _log_record(event: DecisionEvent) -> None:
         "handler": event.handler,
         "fencing_token": event.fencing_token,
         "elapsed_ms": event.elapsed_ms,
+        "seconds": event.seconds,
     }
     decision_logger.log(
         event.level, "%s %s %s", event.boundary, event.decision, event.key, extra=extra

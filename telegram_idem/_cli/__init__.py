@@ -3,7 +3,11 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
-    telegram-idem inbox stats|list|show|redrive|drop   the durable inbox and its dead letters
+    telegram-idem inbox stats|list|show|redrive|drop  the inbox's entries and dead letters
+    telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
+    telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
+    telegram-idem outbox stats|list|show|redrive|resolve|unpark  the outbox's calls
+    telegram-idem unresolved list|resolve  unknown steps, actions and sends
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -19,6 +23,10 @@ import click
 
 from telegram_idem._cli._inbox import inbox
 from telegram_idem._cli._migrate import migrate
+from telegram_idem._cli._outbox import outbox
+from telegram_idem._cli._replay import replay
+from telegram_idem._cli._unresolved import unresolved
+from telegram_idem._cli._webhook import webhook
 
 __all__ = ["cli", "main"]
 
@@ -32,6 +40,10 @@ def cli() -> None:
 
 cli.add_command(migrate)
 cli.add_command(inbox)
+cli.add_command(outbox)
+cli.add_command(unresolved)
+cli.add_command(replay)
+cli.add_command(webhook)
 
 
 def main() -> None:

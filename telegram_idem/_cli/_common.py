@@ -19,7 +19,15 @@ import asyncio
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from enum import IntEnum
 from typing import Any, NoReturn, TypeVar
@@ -35,6 +43,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.errors import ConfigurationError, StoreError
@@ -73,8 +82,9 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-_TOKEN = re.compile(r"\b\d{5,}:[A-Za-z0-9_-]{30,}\b")
-"""A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text)."""
+_TOKEN = re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_-]{30,}(?![A-Za-z0-9_-])")
+"""A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text), also
+right after ``/bot`` in a Bot API URL (no word boundary there)."""
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@/\s]+)(?P<at>@)")
 
 
@@ -199,13 +209,30 @@ def table(
     title: str | None,
     columns: Sequence[str],
     rows: Iterable[Sequence[object]],
+    *,
+    whole: Collection[str] = (),
 ) -> Table:
-    """A rich table of ``rows`` under ``columns``; cells are shown as text, redacted."""
+    """A rich table of ``rows`` under ``columns``; cells are shown as plain text (no rich
+    markup or ``:emoji:`` codes: a key such as ``…:o:receipt:1`` is shown as it is),
+    redacted, and a cell too wide for the terminal is folded onto more lines, never cut.
+
+    Args:
+        title: shown above the table, or ``None``.
+        columns: the column names.
+        rows: the cells of each row (``None`` is shown empty).
+        whole: names of columns kept on one line (keys people copy): they are as wide as
+            their widest cell, the other columns give way.
+    """
+    cells = [
+        [Text(redact_text("" if cell is None else str(cell)), overflow="fold") for cell in row]
+        for row in rows
+    ]
     out = Table(title=title, title_justify="left")
-    for name in columns:
-        out.add_column(name)
-    for row in rows:
-        out.add_row(*(redact_text("" if cell is None else str(cell)) for cell in row))
+    for n, name in enumerate(columns):
+        widest = max((len(row[n].plain) for row in cells if n < len(row)), default=0)
+        out.add_column(name, min_width=max(widest, len(name)) if name in whole else None)
+    for row in cells:
+        out.add_row(*row)
     return out
 
 

@@ -54,8 +54,8 @@ class Pacer(Protocol):
         """Wait until the call may go out; the seconds waited."""
         ...
 
-    async def retry_after(self, seconds: float) -> None:
-        """A 429 said to pause the whole bot for ``seconds``."""
+    async def retry_after(self, seconds: float, *, method: str | None = None) -> None:
+        """A 429 to ``method`` said to pause the whole bot for ``seconds``."""
         ...
 
 
@@ -95,4 +95,4 @@ async def paced(
             if pause is None or attempt >= max_retries:
                 raise
             attempt += 1
-            await flood.retry_after(pause)
+            await flood.retry_after(pause, method=method)

@@ -7,6 +7,12 @@ Every process that sends for a bot shares its store's
 until every budget it spends has room, and a 429 answer (Bot API "Making requests":
 ``parameters.retry_after``, which applies to the whole bot) closes the bot's pause gate
 for every process at once.
+
+Both are decision events (:mod:`telegram_idem.events`, boundary ``"flood"``, ``handler``
+the Bot API method): ``"retry_after"`` for a 429 given to :meth:`FloodControl.retry_after`
+(``seconds``: the pause asked for), ``"wait"`` for a call that waited for its budgets in
+:meth:`FloodControl.wait_turn` or :meth:`FloodControl.note_wait` (``seconds``: the time
+waited). When nobody listens, each costs one check.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from telegram_idem._keys import KeyBuilder
 from telegram_idem.errors import ConfigurationError
+from telegram_idem.events import emit_decision, listening
 from telegram_idem.flood._base import FloodBudget
 from telegram_idem.flood._limits import REPLY, Limits, buckets_for
 
@@ -105,6 +112,8 @@ class FloodControl:
         while True:
             wait = await self.budget.reserve(buckets)
             if wait <= 0:
+                if waited > 0:
+                    self.note_wait(method, params, waited)
                 return waited
             if deadline is not None and time.monotonic() + wait > deadline:
                 raise TimeoutError(
@@ -131,14 +140,53 @@ class FloodControl:
         buckets = buckets_for(method, params, limits=self.limits, key=self.key, priority=priority)
         return await self.budget.reserve(buckets)
 
-    async def retry_after(self, seconds: float) -> None:
+    def note_wait(self, method: str, params: Mapping[str, Any], seconds: float) -> None:
+        """Emit the ``"wait"`` decision event of a call that waited ``seconds`` for its
+        budgets (:meth:`wait_turn` does it itself; a caller that waits on its own after
+        :meth:`try_turn` calls this). Never raises; costs one check when nobody listens.
+
+        Args:
+            method: the Bot API method.
+            params: its parameters (``chat_id`` names the budget in the event's key).
+            seconds: how long it waited.
+        """
+        if not listening():
+            return
+        chat = params.get("chat_id")
+        scope = f"chat:{chat}" if isinstance(chat, int | str) else "global"
+        emit_decision(
+            boundary="flood",
+            key=self.key(scope),
+            decision="wait",
+            update=None,
+            handler=method,
+            bot_id=self.bot_id,
+            seconds=round(seconds, 6),
+        )
+
+    async def retry_after(self, seconds: float, *, method: str | None = None) -> None:
         """A 429 said to wait ``seconds``: close the bot's pause gate for that long, for
-        every process sharing the store (a longer pause already set is kept).
+        every process sharing the store (a longer pause already set is kept), after
+        emitting the ``"retry_after"`` decision event.
+
+        Args:
+            seconds: the answer's ``parameters.retry_after``.
+            method: the Bot API method that was answered 429 (the event's ``handler``).
 
         Raises:
             StoreError: the store could not answer.
         """
-        await self.budget.pause(self.key("pause"), max(float(seconds), 0.0))
+        pause = max(float(seconds), 0.0)
+        emit_decision(
+            boundary="flood",
+            key=self.key("pause"),
+            decision="retry_after",
+            update=None,
+            handler=method,
+            bot_id=self.bot_id,
+            seconds=pause,
+        )
+        await self.budget.pause(self.key("pause"), pause)
 
     async def paused_for(self) -> float:
         """Seconds the bot's pause gate stays closed (0.0 when open).

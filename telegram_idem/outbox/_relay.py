@@ -209,11 +209,15 @@ class Relay:
         ``hold`` call unknown."""
         assert self.flood is not None
         short = min(1.0, self.lease / 3)
+        waited = 0.0
         while True:
             wait = await self.flood.try_turn(entry.method, params, priority=entry.priority)
             if wait <= 0 or wait > short:
+                if waited > 0:
+                    self.flood.note_wait(entry.method, params, waited)
                 return wait
             await asyncio.sleep(wait)
+            waited += wait
 
     async def _record(
         self,
@@ -238,7 +242,7 @@ class Relay:
         if outcome is OutcomeClass.RETRY:
             delay = verdict.retry_after or 1.0
             if self.flood is not None:
-                await self.flood.retry_after(delay)
+                await self.flood.retry_after(delay, method=entry.method)
             ok = await self.outbox.retry(entry, delay=delay, error=f"{tag}{code}: {text}")
             return await self._done(entry, ok, "flood_wait", elapsed_ms, logging.WARNING, text)
         if outcome is OutcomeClass.MIGRATE:

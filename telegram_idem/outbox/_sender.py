@@ -453,7 +453,7 @@ class Outbound:
                         key="",
                     )
                 if self.flood is not None:
-                    await self.flood.retry_after(delay)
+                    await self.flood.retry_after(delay, method=method)
                 else:
                     await asyncio.sleep(delay)
                 continue
