@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inbox_support import admit, entry_id, invoke, message, run_worker, with_inbox
+from cli.inbox_support import admit, entry_id, invoke, message, run_worker, with_inbox
 from services import UrlFactory
 
 from telegram_idem._admission import Admission
