@@ -3,6 +3,9 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem check [URL]            tables, server version, round trip, clock offset
+    telegram-idem inspect KEY            one record (or --prefix P: the records under P)
+    telegram-idem purge --expired        delete records past retention (or --prefix P)
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -16,7 +19,10 @@ from __future__ import annotations
 
 import click
 
+from telegram_idem._cli._check import check
+from telegram_idem._cli._inspect import inspect
 from telegram_idem._cli._migrate import migrate
+from telegram_idem._cli._purge import purge
 
 __all__ = ["cli", "main"]
 
@@ -29,6 +35,9 @@ def cli() -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(check)
+cli.add_command(inspect)
+cli.add_command(purge)
 
 
 def main() -> None:
