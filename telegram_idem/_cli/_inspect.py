@@ -11,9 +11,8 @@ from telegram_idem._cli._common import (
     open_store,
     run,
     store_option,
-    table,
 )
-from telegram_idem._cli._record_rows import COLUMNS, record_json, record_row
+from telegram_idem._cli._record_rows import one_record_table, record_json, records_table
 from telegram_idem.backends import as_browsable
 
 __all__ = ["inspect"]
@@ -27,7 +26,7 @@ async def _one(url: str, key: str, out: Output) -> Exit:
         out.show({"key": key, "found": False}, lambda: f"no record for key {key!r}")
         return Exit.PROBLEM
     data = {"found": True, **record_json(record, now)}
-    out.show(data, lambda: table(None, COLUMNS, [record_row(record, now)]))
+    out.show(data, lambda: one_record_table(record, now))
     return Exit.OK
 
 
@@ -46,7 +45,7 @@ async def _many(url: str, prefix: str, limit: int, out: Output) -> Exit:
     title = f"{len(records)} {noun} under {prefix!r} in {name}"
     if len(records) == limit:
         title += f" (the first {limit}: raise --limit for more)"
-    out.show(data, lambda: table(title, COLUMNS, [record_row(r, now) for r in records]))
+    out.show(data, lambda: records_table(title, records, now))
     return Exit.OK
 
 

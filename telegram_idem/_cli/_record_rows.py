@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
+from telegram_idem._cli._common import table
 from telegram_idem._records import Record, Status
 
-__all__ = ["COLUMNS", "record_json", "record_row"]
+__all__ = ["COLUMNS", "one_record_table", "record_json", "record_row", "records_table"]
 
 COLUMNS = (
     "key",
@@ -61,3 +64,28 @@ def record_row(record: Record, now: float) -> list[object]:
         data["fingerprint"] or "-",
         "-" if data["result_bytes"] is None else data["result_bytes"],
     ]
+
+
+def records_table(title: str | None, records: list[Record], now: float) -> Table:
+    """The records under :data:`COLUMNS`, one row each, made to fit a narrow terminal:
+    every cell but the key's is kept whole (headers fold instead), keys fold onto more
+    lines, and fingerprints are cut to their first 8 characters (``--json`` has them
+    whole)."""
+    rows = [record_row(r, now) for r in records]
+    for row in rows:
+        fp = str(row[6])
+        row[6] = fp if len(fp) <= 9 else fp[:8] + "…"
+    out = table(title, COLUMNS, rows)
+    for i, column in enumerate(out.columns):
+        column.overflow = "fold"
+        if i:
+            column.min_width = max([3, *(len(str(row[i])) for row in rows)])
+    return out
+
+
+def one_record_table(record: Record, now: float) -> Table:
+    """One record as a two-column table (field, value) in :data:`COLUMNS` order."""
+    out = table(None, ("field", "value"), zip(COLUMNS, record_row(record, now), strict=True))
+    out.columns[0].no_wrap = True
+    out.columns[1].overflow = "fold"
+    return out

@@ -144,7 +144,11 @@ class SQLiteBrowsing:
         server = f"SQLite {sqlite3.sqlite_version}"
         compared = "tables and their columns (SQLite keeps no schema version here)"
         path = connection.path
-        if path != ":memory:" and not connection.is_open and not await asyncio.to_thread(Path(path).exists):
+        if (
+            path != ":memory:"
+            and not connection.is_open
+            and not await asyncio.to_thread(Path(path).exists)
+        ):
             return StoreHealth(
                 server=server,
                 compared=compared,
