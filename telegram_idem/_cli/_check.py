@@ -9,17 +9,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+from rich.console import Group
+from rich.text import Text
 
 from telegram_idem._cli._common import (
     Exit,
     Output,
     json_option,
     open_store,
+    redact_text,
     run,
     store_argument,
     table,
 )
 from telegram_idem.backends import Migratable, Store, StoreHealth, as_checkable
+from telegram_idem.errors import ConfigurationError, StoreError
 
 __all__ = ["CLOCK_TOLERANCE_MS", "check", "probe"]
 
@@ -109,15 +113,24 @@ async def probe(url: str) -> Probe:
         health = await as_checkable(store).health()
         found = Probe(repr(store), health, isinstance(store, Migratable))
         if health.missing:
-            if health.found or found.migratable:
-                line = f"tables missing: {', '.join(health.missing)}"
-                if found.migratable:
-                    line += " (run telegram-idem migrate URL)"
-                found.problems.append(line)
-            found.problems.extend(health.problems)
+            if health.problems:  # they say why (a file that does not exist…)
+                found.problems.extend(health.problems)
+            else:
+                hint = (
+                    "run telegram-idem migrate URL"
+                    if found.migratable
+                    else "the store creates them on first use"
+                )
+                found.problems.append(f"tables missing: {', '.join(health.missing)} ({hint})")
             return found
         found.problems.extend(health.problems)
-        await _measure(store, found)
+        try:
+            await _measure(store, found)
+        except (StoreError, ConfigurationError):
+            if not health.problems:
+                raise
+            # A store with a problem (an older table layout…) may fail to answer: the
+            # problem found is the answer, not the failure it causes.
         return found
 
 
@@ -143,8 +156,7 @@ def _render(found: Probe) -> object:
                 f"{found.clock_offset_ms:+.2f} ± {found.clock_uncertainty_ms:.2f}",
             )
         )
-    rows.append(("verdict", found.verdict))
-    return table(None, ("check", "value"), rows)
+    return Group(table(None, ("check", "value"), rows), Text(redact_text(found.verdict)))
 
 
 @click.command()
@@ -160,9 +172,9 @@ def check(store_url: str, as_json: bool) -> None:
     (when the store keeps one), tables found (n of m) and tables missing, round trip
     (ms: the median of 5 reads of a key that does not exist), clock offset (ms: the
     store's clock minus this host's, at the midpoint of the fastest of 5 clock reads,
-    ± half that round trip), verdict ("ok", or the problems joined by "; ", e.g.
-    "tables missing: idem_records, … (run telegram-idem migrate URL)"). The round trip
-    and clock are not measured while tables are missing. Nothing is created or changed
+    ± half that round trip); then one line, the verdict: "ok", or the problems joined
+    by "; ", e.g. "tables missing: idem_records, … (run telegram-idem migrate URL)".
+    The round trip and clock are not measured while tables are missing. Nothing is created or changed
     (an SQLite file that does not exist is reported, not made).
 
     --json prints {"store", "server", "compared", "schema_version", "tables":

@@ -133,28 +133,20 @@ class SQLiteBrowsing:
 
     async def health(self) -> StoreHealth:
         """The file's tables and their columns against the store's schema, its journal
-        mode (WAL is what several processes need) and the SQLite library's version. A
-        file that does not exist is reported, not created.
+        mode (WAL is what several processes need) and the SQLite library's version.
+
+        The file is read through a read-only connection of its own, so the check
+        creates and changes nothing: a file that does not exist is reported, not made,
+        and a table of an older layout is reported, not set up.
 
         Raises:
-            StoreError: the file could not be opened or read.
+            StoreError: the file could not be read (locked past ``busy_timeout``).
         """
         connection = self._connection
         expected = expected_tables()
         server = f"SQLite {sqlite3.sqlite_version}"
         compared = "tables and their columns (SQLite keeps no schema version here)"
         path = connection.path
-        if (
-            path != ":memory:"
-            and not connection.is_open
-            and not await asyncio.to_thread(Path(path).exists)
-        ):
-            return StoreHealth(
-                server=server,
-                compared=compared,
-                expected=tuple(expected),
-                problems=(f"file {path} does not exist (a store creates it on first use)",),
-            )
 
         def job(conn: sqlite3.Connection) -> tuple[dict[str, set[str]], str]:
             names = [
@@ -169,7 +161,29 @@ class SQLiteBrowsing:
             mode = conn.execute("PRAGMA journal_mode").fetchone()
             return columns, str(mode[0]) if mode else "?"
 
-        found, mode = await connection.call("health", lambda: connection.run(job))
+        def read_only() -> tuple[dict[str, set[str]], str] | None:
+            file = Path(path)
+            if not file.exists():
+                return None
+            uri = f"{file.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=connection.busy_timeout)
+            try:
+                return job(conn)
+            finally:
+                conn.close()
+
+        if path == ":memory:":
+            answer = await connection.call("health", lambda: connection.run(job))
+        else:
+            answer = await connection.call("health", lambda: asyncio.to_thread(read_only))
+        if answer is None:
+            return StoreHealth(
+                server=server,
+                compared=compared,
+                expected=tuple(expected),
+                problems=(f"file {path} does not exist (a store creates it on first use)",),
+            )
+        found, mode = answer
         problems: list[str] = []
         for name, wanted in expected.items():
             lacking = [c for c in wanted if name in found and c not in found[name]]
