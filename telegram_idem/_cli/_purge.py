@@ -37,22 +37,37 @@ async def _batches(
     step: Callable[[], Awaitable[int]], total: int | None, what: str, out: Output
 ) -> int:
     """``step()`` until it deletes nothing, a progress bar advancing by what each
-    deleted; Ctrl-C stops between batches (a batch in flight commits or rolls back
-    whole) and says how many were deleted."""
+    deleted. Ctrl-C stops between batches: a batch in flight is let finish (it commits
+    whole) and counted, no other starts, and the count so far is printed before the
+    interruption goes on (exit 130)."""
     deleted = 0
+    current = asyncio.current_task()
     with progress(enabled=not out.as_json) as bar:
         task = bar.add_task(what, total=total)
-        try:
-            while True:
-                n = await step()
-                if n == 0:
-                    break
-                deleted += n
-                bar.update(task, advance=n, total=max(total or 0, deleted))
-        except asyncio.CancelledError:
-            out.note(f"interrupted: {_plural(deleted)} deleted before the stop")
-            raise
+        while True:
+            if current is not None and current.cancelling():
+                out.note(f"interrupted: {_plural(deleted)} deleted before the stop")
+                raise asyncio.CancelledError
+            batch = asyncio.ensure_future(step())
+            try:
+                n = await asyncio.shield(batch)
+            except asyncio.CancelledError:
+                n = await _finish(batch)
+                out.note(f"interrupted: {_plural(deleted + n)} deleted before the stop")
+                raise
+            if n == 0:
+                break
+            deleted += n
+            bar.update(task, advance=n, total=max(total or 0, deleted))
     return deleted
+
+
+async def _finish(batch: asyncio.Future[int]) -> int:
+    """What the batch in flight deleted, once it is done (0 if it failed)."""
+    try:
+        return await batch
+    except Exception:
+        return 0
 
 
 async def _expired(url: str, dry_run: bool, out: Output) -> Exit:
