@@ -9,14 +9,20 @@ import json
 import secrets
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Invoke, Seed
+from click.testing import Result
 from fixtures_postgres import postgres_reachable_or_missing, with_option
 from services import postgres_dsn
 
 from telegram_idem.backends.sqlite._browse import expected_tables
+
+Invoke = Callable[..., Result]
+"""The ``storecli_invoke`` fixture."""
+Seed = Callable[..., None]
+"""The ``storecli_seed`` fixture (tests/cli/conftest.py)."""
 
 SERVERS = {"sqlite": "SQLite ", "postgres": "PostgreSQL ", "redis": "Redis "}
 

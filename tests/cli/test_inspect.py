@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 
 import pytest
-from conftest import Invoke, Seed
+from click.testing import Result
 from services import UrlFactory
+
+Invoke = Callable[..., Result]
+"""The ``storecli_invoke`` fixture."""
+Seed = Callable[..., None]
+"""The ``storecli_seed`` fixture (tests/cli/conftest.py)."""
 
 FP = "0123456789abcdef0123456789abcdef"
 

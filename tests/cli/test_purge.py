@@ -9,13 +9,22 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Get, Invoke, Seed
+from click.testing import Result
 from services import UrlFactory
 
+from telegram_idem._records import Record
 from telegram_idem.backends.sqlite import SQLiteStore
+
+Get = Callable[[str, str], Record | None]
+"""The ``storecli_get`` fixture."""
+Invoke = Callable[..., Result]
+"""The ``storecli_invoke`` fixture."""
+Seed = Callable[..., None]
+"""The ``storecli_seed`` fixture (tests/cli/conftest.py)."""
 
 DOOMED = [f"test:{i:02}" for i in range(12)]
 KEPT = ["test", "tests:1", "tes:1", "idem:1:u:1", "Test:1"]

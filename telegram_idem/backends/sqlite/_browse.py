@@ -172,6 +172,7 @@ class SQLiteBrowsing:
             finally:
                 conn.close()
 
+        answer: tuple[dict[str, set[str]], str] | None
         if path == ":memory:":
             answer = await connection.call("health", lambda: connection.run(job))
         else:
