@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 from fixtures_postgres import postgres_reachable_or_missing, with_option
-from services import postgres_dsn
+from services import UrlFactory, postgres_dsn
 
 from telegram_idem.backends.sqlite._browse import expected_tables
 
@@ -182,3 +182,14 @@ def test_the_installed_script_checks_a_store_in_a_real_process(
     )
     assert missing.returncode == 1
     assert "does not exist" in missing.stdout
+
+
+@pytest.mark.redis
+def test_a_redis_cluster_is_checked_on_every_master(
+    redis_cluster_url_factory: UrlFactory, storecli_invoke: Invoke
+) -> None:
+    result = storecli_invoke(["check", "--json", redis_cluster_url_factory()])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["server"].startswith("Redis ") and "masters)" in report["server"]

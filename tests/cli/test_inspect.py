@@ -183,3 +183,15 @@ def test_the_installed_script_inspects_a_redis_store_in_a_real_process(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["result_bytes"] == 3
+
+
+@pytest.mark.redis
+def test_a_redis_cluster_lists_records_of_every_slot_update_guards_included(
+    redis_cluster_url_factory: UrlFactory, storecli_seed: Seed, storecli_invoke: Invoke
+) -> None:
+    url = redis_cluster_url_factory()
+    keys = ["idem:5:a:pay:1", "idem:5:u:1", "idem:5:u:2", *(f"idem:5:a:k{i}" for i in range(9))]
+    storecli_seed(url, [*keys, "idem:6:u:1"])
+    result = storecli_invoke(["inspect", "--store", url, "--prefix", "idem:5:", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["key"] for r in json.loads(result.stdout)["records"]] == sorted(keys)

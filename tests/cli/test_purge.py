@@ -249,3 +249,21 @@ def test_the_installed_script_purges_a_postgres_store_in_a_real_process(
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] == 12
     assert _present(storecli_get, url, DOOMED + KEPT) == KEPT
+
+
+@pytest.mark.redis
+def test_a_redis_cluster_purges_a_prefix_on_every_master(
+    redis_cluster_url_factory: UrlFactory,
+    storecli_seed: Seed,
+    storecli_get: Get,
+    storecli_invoke: Invoke,
+) -> None:
+    url = redis_cluster_url_factory()
+    doomed = ["idem:5:u:1", "idem:5:u:2", *(f"idem:5:a:k{i}" for i in range(9))]
+    kept = ["idem:6:u:1", "idem:50:a:k"]
+    storecli_seed(url, doomed + kept)
+    args = ["purge", "--store", url, "--prefix", "idem:5:", "--yes", "--batch", "4", "--json"]
+    result = storecli_invoke(args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["deleted"] == len(doomed)
+    assert _present(storecli_get, url, doomed + kept) == kept
