@@ -23,7 +23,6 @@ from telegram_idem._cli._common import (
     table,
 )
 from telegram_idem.backends import Migratable, Store, StoreHealth, as_checkable
-from telegram_idem.errors import ConfigurationError, StoreError
 
 __all__ = ["CLOCK_TOLERANCE_MS", "check", "probe"]
 
@@ -102,7 +101,7 @@ async def _measure(store: Store, probe: Probe) -> None:
 
 
 async def probe(url: str) -> Probe:
-    """Check the store at ``url``: its health, then (when its tables are there) the
+    """Check the store at ``url``: its health, then (when it found nothing wrong) the
     round trip and the clock offset.
 
     Raises:
@@ -124,13 +123,8 @@ async def probe(url: str) -> Probe:
                 found.problems.append(f"tables missing: {', '.join(health.missing)} ({hint})")
             return found
         found.problems.extend(health.problems)
-        try:
+        if not health.problems:  # a store with a problem may fail, or set itself up
             await _measure(store, found)
-        except (StoreError, ConfigurationError):
-            if not health.problems:
-                raise
-            # A store with a problem (an older table layout…) may fail to answer: the
-            # problem found is the answer, not the failure it causes.
         return found
 
 
@@ -163,10 +157,10 @@ def _render(found: Probe) -> object:
 @store_argument
 @json_option
 def check(store_url: str, as_json: bool) -> None:
-    """Check the store at URL (default: $IDEM_STORE_URL) and say in one line what is
-    wrong, or "ok".
+    """Check a store: tables, server, round trip, clock.
 
-    Rows: store (host, database, table or key prefix; never a password), server (name
+    Checks the store at URL (default: $IDEM_STORE_URL) and says in one line what is
+    wrong, or "ok". Rows: store (host, database, table or key prefix; never a password), server (name
     and version), compared (what the check compares: tables and their columns for SQL
     stores; Redis has no tables, so its version and maxmemory-policy), schema version
     (when the store keeps one), tables found (n of m) and tables missing, round trip
@@ -174,7 +168,8 @@ def check(store_url: str, as_json: bool) -> None:
     store's clock minus this host's, at the midpoint of the fastest of 5 clock reads,
     ± half that round trip); then one line, the verdict: "ok", or the problems joined
     by "; ", e.g. "tables missing: idem_records, … (run telegram-idem migrate URL)".
-    The round trip and clock are not measured while tables are missing. Nothing is created or changed
+    A clock offset beyond 1 s (past the round trip's uncertainty) is a problem too.
+    The round trip and clock are measured only when nothing else is wrong. Nothing is created or changed
     (an SQLite file that does not exist is reported, not made).
 
     --json prints {"store", "server", "compared", "schema_version", "tables":
@@ -184,7 +179,11 @@ def check(store_url: str, as_json: bool) -> None:
     Exit status: 0 ok, 1 a problem found (the verdict says which), 3 store unreachable,
     4 bad URL, missing driver, or a store without a health check (DynamoDB).
 
-    Example: telegram-idem check 'postgresql://bot@db/bot?table_prefix=idem'
+    Examples:
+
+    \b
+        telegram-idem check 'postgresql://bot@db/bot?table_prefix=idem'
+        IDEM_STORE_URL=sqlite:///bot.db telegram-idem check --json
     """
     out = Output(as_json)
     found = run(lambda: probe(store_url))

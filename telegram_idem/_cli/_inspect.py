@@ -62,9 +62,10 @@ async def _many(url: str, prefix: str, limit: int, out: Output) -> Exit:
 @store_option
 @json_option
 def inspect(key: str | None, prefix: str | None, limit: int, store_url: str, as_json: bool) -> None:
-    """Show the idempotency record of KEY, or the records whose key starts with P.
+    """Show the record of KEY, or the records under a prefix.
 
-    One row per record, judged by the store's clock: key (as stored: a key over 1024
+    Shows the idempotency record of KEY, or the records whose key starts with P
+    (--prefix P). One row per record, judged by the store's clock: key (as stored: a key over 1024
     bytes, or with a lone surrogate or NUL, is kept as its first 200 bytes, ":h:" and a
     hash), status (in_progress, completed, failed), fencing token (+1 at every claim
     that acquired the key), lease left (s; "-" once settled), retention left (s: the
@@ -84,8 +85,8 @@ def inspect(key: str | None, prefix: str | None, limit: int, store_url: str, as_
 
     Examples:
 
+    \b
         telegram-idem inspect --store sqlite:///bot.db 'idem:123456:u:987654'
-
         telegram-idem inspect --store "$IDEM_STORE_URL" --prefix 'idem:123456:a:' --json
     """
     if (key is None) == (prefix is None):

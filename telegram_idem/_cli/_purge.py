@@ -160,8 +160,11 @@ def purge(
     store_url: str,
     as_json: bool,
 ) -> None:
-    """Delete records past their retention (--expired) or by key prefix (--prefix P),
-    in batches, with a progress bar on a terminal; print how many.
+    """Delete expired records, or records by key prefix.
+
+    Deletes the records past their retention (--expired) or those whose key starts
+    with P (--prefix P), in batches, with a progress bar on a terminal, and prints how
+    many.
 
     --expired runs the store's purge() (the Purgeable ability: SQLite, PostgreSQL) until
     a batch deletes nothing. Redis and DynamoDB forget expired records themselves: the
@@ -186,10 +189,9 @@ def purge(
 
     Examples:
 
+    \b
         telegram-idem purge --store sqlite:///bot.db --expired
-
         telegram-idem purge --store "$IDEM_STORE_URL" --prefix 'test:' --dry-run
-
         telegram-idem purge --store redis://localhost:6379/0 --prefix 'idem:42:a:' --yes
     """
     if expired == (prefix is not None):

@@ -113,7 +113,9 @@ def test_an_older_sqlite_file_is_reported_and_left_as_it_is(
         "journal_mode is delete, not wal (several processes need WAL)",
     ]
     assert report["tables"]["found"] == ["idem_records"]
+    assert report["round_trip_ms"] is None
     conn = sqlite3.connect(path)  # the check changed nothing
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == [
         "idem_records",
         "sqlite_autoindex_idem_records_1",
