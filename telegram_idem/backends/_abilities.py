@@ -18,9 +18,12 @@ class to inherit, nothing to register):
 | :class:`Checkable` | ``async health() -> StoreHealth`` | memory, SQLite, PostgreSQL, Redis |
 
 Ask through the helpers (:func:`has_inbox`, :func:`inbox_of`, :func:`as_migratable`,
-:func:`as_purgeable`, :func:`as_browsable`, :func:`as_checkable`): each answers for any object, and the ``as_``/``_of`` ones raise a
+:func:`as_purgeable`, :func:`as_browsable`, :func:`as_checkable`): each answers for any
+object, and the ``as_``/``_of`` ones raise a
 :class:`~telegram_idem.errors.ConfigurationError` naming the store and the ability when
-it is absent.
+it is absent. :class:`Browsable` and :class:`Checkable` are what ``telegram-idem
+inspect --prefix``, ``purge --prefix`` and ``check`` need; their answer to ``health()``
+is a :class:`~telegram_idem.backends.StoreHealth`.
 
 ``Store.inbox()`` stays on the base class (``idem.store.inbox()`` is how a bot reaches its
 inbox), so every store has an ``inbox`` attribute and ``isinstance(store, HasInbox)`` is
