@@ -8,7 +8,7 @@ load process sends updates open-loop at a fixed rate on loopback; latency counts
 request's scheduled send time. Reports p50 / p99 and their ratios to the bare server
 (goals: p50 ≤ 2×, p99 ≤ 3×, zero errors). Then the aiogram middleware with the memory
 store vs aiogram's own ``feed_update`` alone (goal ≤ 1.2×). Writes the tables into
-docs/performance.md.
+docs/performance.md and their chart into docs/img/bench/ingress.png.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import percentile, write_section
+from _report import Bar, Chart, Panel, chart_link, percentile, write_section
 
 from telegram_idem.testing._stores import SERVER_STORES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SECRET = "bench-secret"
+P50_GOAL, P99_GOAL, MIDDLEWARE_GOAL = 2.0, 3.0, 1.2
 
 
 def _free_port() -> int:
@@ -198,9 +199,34 @@ def main() -> None:
         f"| `Dispatcher.feed_update` alone | {base_us:.1f} | 1.00× |",
         f"| with `IdempotencyMiddleware` (memory store) | {ours_us:.1f} | {ratio:.2f}× |",
     ]
+    lines += [
+        "",
+        chart_link("ingress", "Ingress latency and dispatch ratios, drawn from the tables above"),
+    ]
     table = "\n".join(lines)
     print(table)
-    write_section("ingress", "## Ingress\n\n" + table)
+    servers = [(label, r) for label, r in results.items() if label != targets[0][0]]
+    chart = Chart(
+        "Ingress: the webhook vs a bare server, the middleware vs aiogram alone",
+        [
+            Panel(
+                "p50 POST → 200 latency / bare aiohttp",
+                [Bar(label, r["p50"] / bare["p50"]) for label, r in servers],
+                goal=P50_GOAL,
+            ),
+            Panel(
+                "p99 POST → 200 latency / bare aiohttp",
+                [Bar(label, r["p99"] / bare["p99"]) for label, r in servers],
+                goal=P99_GOAL,
+            ),
+            Panel(
+                "aiogram dispatch: with IdempotencyMiddleware / feed_update alone",
+                [Bar("with `IdempotencyMiddleware` (memory store)", ratio)],
+                goal=MIDDLEWARE_GOAL,
+            ),
+        ],
+    )
+    write_section("ingress", "## Ingress\n\n" + table, chart)
 
 
 if __name__ == "__main__":

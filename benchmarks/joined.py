@@ -18,7 +18,8 @@ the bot on the store's file), three sides interleaved in rounds whose order alte
 Goal: joined action ≤ 1.3× the baseline. Services by the pytest plugin's variables
 (docs/testing.md): ``IDEM_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``). Everything created is removed at the end.
-Writes the table into docs/performance.md (section "joined").
+Writes the table into docs/performance.md (section "joined") and its chart into
+docs/img/bench/joined.png.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from _report import write_section
+from _report import Bar, Chart, Panel, chart_link, write_section
 from stores import CHUNKS, Ratio, command_line, measure, on_exit, us, with_query
 
 from telegram_idem import Idem
@@ -233,6 +234,8 @@ def table(rows: list[Row], n: int, runs: int) -> list[str]:
             f"| {r.store} | {us(r.base)} | {us(r.block)} | {us(r.action)} | {us(added)} "
             f"| {r.ratio.cell(lambda m: m <= GOAL)} | {Ratio(r.floor, r.base).cell()} |"
         )
+    if rows:
+        lines += ["", chart_link("joined", "The ratios of the table above as bars")]
     lines += [
         "",
         f"Median of {runs} runs (min–max in brackets); each run is {n} transactions of each "
@@ -263,7 +266,7 @@ def table(rows: list[Row], n: int, runs: int) -> list[str]:
     return lines
 
 
-async def bench(args: argparse.Namespace) -> str:
+async def bench(args: argparse.Namespace) -> tuple[str, Chart | None]:
     rows: list[Row] = []
     notes: list[str] = []
     load_before = os.getloadavg()
@@ -299,7 +302,25 @@ async def bench(args: argparse.Namespace) -> str:
     ]
     if notes:
         lines += ["", "Skipped:", "", *[f"- {note}" for note in notes]]
-    return "\n".join(lines)
+    return "\n".join(lines), joined_chart(rows)
+
+
+def joined_chart(rows: list[Row]) -> Chart | None:
+    """The section's chart: the joined action and the floor, per store."""
+    if not rows:
+        return None
+    bars: list[Bar] = []
+    for r in rows:
+        bars.append(r.ratio.bar(f"{r.store}: joined action"))
+        bars.append(
+            Ratio(r.floor, r.base).bar(
+                f"{r.store}: floor, the two statements by hand", judged=False
+            )
+        )
+    return Chart(
+        "Joined transactions: an action in the bot's transaction",
+        [Panel("+ joined action / the business transaction alone", bars, goal=GOAL)],
+    )
 
 
 def main() -> None:
@@ -318,11 +339,11 @@ def main() -> None:
     args.n = args.n or (30 if args.quick else 300)
     if args.runs < 1 or args.n < 1:
         parser.error("--runs and --n must be ≥ 1")
-    report = asyncio.run(bench(args))
+    report, chart = asyncio.run(bench(args))
     print()
     print(report)
     if not args.no_write:
-        write_section("joined", "## Joined transactions\n\n" + report)
+        write_section("joined", "## Joined transactions\n\n" + report, chart)
 
 
 if __name__ == "__main__":

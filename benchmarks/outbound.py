@@ -29,7 +29,8 @@ Services by the pytest plugin's variables (docs/testing.md): ``IDEM_POSTGRES_URL
 (default ``postgresql://postgres@127.0.0.1:5432/test``), ``IDEM_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``). A store that is unreachable or has no outbox yet is skipped
 with a note. Everything created (tables, keys, files) is removed at the end. Writes the
-tables into docs/performance.md (section "outbound").
+tables into docs/performance.md (section "outbound") and the chart of (a) and (b) into
+docs/img/bench/outbound.png.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from _outbound_sender import BOT_ID, chat_of, text_of
-from _report import write_section
+from _report import Bar, Chart, Panel, chart_link, write_section
 from stores import CHUNKS, Ratio, command_line, interleave, on_exit, with_query
 
 from telegram_idem.backends import store_from_url
@@ -667,7 +668,7 @@ def reading(res: Results) -> list[str]:
     return [*out, ""] if out else []
 
 
-async def bench(args: argparse.Namespace) -> str:
+async def bench(args: argparse.Namespace) -> tuple[str, Chart | None]:
     res = Results()
     load_before = os.getloadavg()
     started = time.monotonic()
@@ -720,9 +721,36 @@ async def bench(args: argparse.Namespace) -> str:
         lines += [*flood_table(res.flood, args.messages), ""]
     if res.bytes:
         lines += [*bytes_table(res.bytes, args.n * 5), ""]
+    chart = outbound_chart(res)
+    if chart is not None:
+        lines += [chart_link("outbound", "The ratios of tables (a) and (b) as bars"), ""]
     if res.notes:
         lines += ["Skipped or incomplete:", "", *[f"- {note}" for note in res.notes]]
-    return "\n".join(lines)
+    return "\n".join(lines), chart
+
+
+def outbound_chart(res: Results) -> Chart | None:
+    """The section's chart: (a) per store, (b) per sender; ``None`` when neither ran."""
+    panels = []
+    if res.tx:
+        panels.append(
+            Panel(
+                "(a) the bot's transaction with enqueue_in / the transaction alone",
+                [r.ratio.bar(r.store) for r in res.tx],
+                goal=TX_GOAL,
+            )
+        )
+    if res.flood:
+        panels.append(
+            Panel(
+                "(b) accepted messages / the most the limits allow, two sender processes",
+                [Bar(r.side, r.allowed_share, judged=r.side.startswith("ours")) for r in res.flood],
+                goal=RATE_GOAL,
+                better="higher",
+                percent=True,
+            )
+        )
+    return Chart("Outbound: the outbox in a transaction, flood control", panels) if panels else None
 
 
 def main() -> None:
@@ -753,11 +781,11 @@ def main() -> None:
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.skip - {"tx", "flood", "bytes"} or args.runs < 1 or args.n < 1 or args.messages < 1:
         parser.error("--skip takes tx, flood, bytes; --runs, --n, --messages must be ≥ 1")
-    report = asyncio.run(bench(args))
+    report, chart = asyncio.run(bench(args))
     print()
     print(report)
     if not args.no_write:
-        write_section("outbound", "## Outbound\n\n" + report)
+        write_section("outbound", "## Outbound\n\n" + report, chart)
 
 
 if __name__ == "__main__":

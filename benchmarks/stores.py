@@ -24,7 +24,7 @@ so load from other processes falls on both alike. Each figure is the median over
 ``redis-cluster``), ``IDEM_DYNAMODB_URL`` (its ``endpoint_url``; default: a moto server
 started on loopback in a child process). Unreachable services are skipped with a note. Everything
 created (keys, tables, files, the moto server) is removed at the end. Writes the tables
-into docs/performance.md (section "stores").
+into docs/performance.md (section "stores") and their chart into docs/img/bench/stores.png.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from _report import write_section
+from _report import Bar, Chart, Panel, chart_link, write_section
 
 from telegram_idem import Idem
 from telegram_idem._records import Claim, Outcome
@@ -501,6 +501,11 @@ class Ratio:
         mark = "" if goal is None else (" ✔" if goal(self.median) else " ✘")
         return f"{self.median:.2f}× ({min(r):.2f}–{max(r):.2f}){mark}"
 
+    def bar(self, label: str, *, judged: bool = True) -> Bar:
+        """This ratio as a chart's bar: the median, whiskers at the min and the max."""
+        r = self.ratios
+        return Bar(label, self.median, min(r), max(r), judged=judged)
+
 
 def us(values: list[float]) -> str:
     v = statistics.median(values)
@@ -751,7 +756,7 @@ def powertools_legend(rows: list[tuple[Target, VersusPowertools]]) -> list[str]:
 # ----------------------------------------------------------------------------- main
 
 
-async def bench(args: argparse.Namespace) -> str:
+async def bench(args: argparse.Namespace) -> tuple[str, Chart | None]:
     notes: list[str] = []
     store_rows: list[tuple[Target, Ratio, Ratio, Ratio]] = []
     pt_rows: list[tuple[Target, VersusPowertools]] = []
@@ -801,13 +806,61 @@ async def bench(args: argparse.Namespace) -> str:
         "",
     ]
     lines += store_table(store_rows)
+    if store_rows:
+        lines += ["", chart_link("stores", "The ratios of this section's tables as bars")]
     lines += ["", *legend(args.n, args.runs, done)]
     if pt_rows:
         lines += ["", "### Against AWS Lambda Powertools", "", *powertools_table(pt_rows), ""]
         lines += powertools_legend(pt_rows)
     if notes:
         lines += ["", "Skipped or incomplete:", "", *[f"- {note}" for note in notes]]
-    return "\n".join(lines)
+    return "\n".join(lines), stores_chart(store_rows, pt_rows)
+
+
+def stores_chart(
+    rows: list[tuple[Target, Ratio, Ratio, Ratio]], pt_rows: list[tuple[Target, VersusPowertools]]
+) -> Chart | None:
+    """The section's chart: P1, P2, P3 per store, and Powertools / ``Idem.run``."""
+    panels = [
+        Panel(
+            "P1 duplicate detection: claim() of a completed key / one raw dedup write",
+            [r1.bar(t.name) for t, r1, _, _ in rows],
+            goal=P1_GOAL,
+        ),
+        Panel(
+            "P2 first execution: claim() + complete() / one raw dedup write",
+            [r2.bar(t.name) for t, _, r2, _ in rows],
+            goal=P2_GOAL,
+        ),
+        Panel(
+            f"P3 speedup: {BATCH} sequential claim()s / one claim_many() of {BATCH}",
+            [
+                r3.bar(t.name, judged=t.name in ("postgres", "redis", "redis-cluster"))
+                for t, _, _, r3 in rows
+            ],
+            goal=P3_GOAL,
+            better="higher",
+        ),
+    ]
+    if pt_rows:
+        panels.append(
+            Panel(
+                "Powertools idempotent_function / ours Idem.run (above 1×: ours is faster)",
+                [
+                    Ratio(a, b).bar(f"{t.name} {name}")
+                    for t, v in pt_rows
+                    for name, a, b in (
+                        ("P1 replay", v.pt_p1, v.run_p1),
+                        ("P2 first execution", v.pt_p2, v.run_p2),
+                    )
+                ],
+                goal=1.0,
+                better="higher",
+            )
+        )
+    if not rows:
+        return None
+    return Chart("Stores: each decision priced against one raw round trip", panels)
 
 
 def main() -> None:
@@ -830,10 +883,10 @@ def main() -> None:
     unknown = [s for s in args.stores if s not in OPENERS]
     if unknown or args.runs < 1 or args.n < 1:
         parser.error(f"unknown stores {unknown}" if unknown else "--runs and --n must be ≥ 1")
-    report = asyncio.run(bench(args))
+    report, chart = asyncio.run(bench(args))
     print()
     print(report)
-    write_section("stores", "## Stores\n\n" + report)
+    write_section("stores", "## Stores\n\n" + report, chart)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
     telegram-idem check [URL]            tables, server version, round trip, clock offset
     telegram-idem inspect KEY            one record (or --prefix P: the records under P)
     telegram-idem purge --expired        delete records past retention (or --prefix P)
+    telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
+    telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -23,6 +25,8 @@ from telegram_idem._cli._check import check
 from telegram_idem._cli._inspect import inspect
 from telegram_idem._cli._migrate import migrate
 from telegram_idem._cli._purge import purge
+from telegram_idem._cli._replay import replay
+from telegram_idem._cli._webhook import webhook
 
 __all__ = ["cli", "main"]
 
@@ -38,6 +42,8 @@ cli.add_command(migrate)
 cli.add_command(check)
 cli.add_command(inspect)
 cli.add_command(purge)
+cli.add_command(replay)
+cli.add_command(webhook)
 
 
 def main() -> None:

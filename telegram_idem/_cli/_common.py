@@ -73,8 +73,9 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-_TOKEN = re.compile(r"\b\d{5,}:[A-Za-z0-9_-]{30,}\b")
-"""A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text)."""
+_TOKEN = re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_-]{30,}(?![A-Za-z0-9_-])")
+"""A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text), also
+right after ``/bot`` in a Bot API URL (no word boundary there)."""
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@/\s]+)(?P<at>@)")
 
 

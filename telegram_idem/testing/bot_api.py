@@ -203,6 +203,9 @@ class WebhookState:
     """What ``setWebhook``/``deleteWebhook`` left behind (Bot API "setWebhook").
 
     ``dropped_updates`` counts queued updates discarded by ``drop_pending_updates=true``.
+    ``ip_address``, ``last_error_date`` (unix time, seconds) and ``last_error_message`` are
+    what ``getWebhookInfo`` reports while a webhook is set (Bot API "WebhookInfo"); a test
+    sets them to show a failing webhook (``None``: not reported).
     """
 
     url: str = ""
@@ -210,6 +213,9 @@ class WebhookState:
     allowed_updates: list[str] | None = None
     max_connections: int | None = None
     dropped_updates: int = 0
+    ip_address: str | None = None
+    last_error_date: int | None = None
+    last_error_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1050,6 +1056,9 @@ class FakeBotAPI(LoopbackServer):
             info["max_connections"] = self.webhook.max_connections or 40
             if self.webhook.allowed_updates is not None:
                 info["allowed_updates"] = self.webhook.allowed_updates
+            for name in ("ip_address", "last_error_date", "last_error_message"):
+                if (value := getattr(self.webhook, name)) is not None:
+                    info[name] = value
         return info
 
     async def _get_updates(self, bot_id: str, params: Params) -> Any:

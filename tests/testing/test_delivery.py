@@ -140,6 +140,24 @@ async def test_500_then_200_is_exactly_one_retry(hook: Hook) -> None:
     assert (stats.deliveries, stats.attempts, stats.retries, stats.non_2xx) == (1, 2, 1, 1)
 
 
+async def test_backoff_grows_the_wait_up_to_its_cap(hook: Hook) -> None:
+    async def fail_four_times(n: int) -> web.Response:
+        return web.Response(status=500 if n <= 4 else 200)
+
+    hook.behaviour = fail_four_times
+    sleeps: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async with TelegramDelivery(
+        hook.url, retry_delay=0.5, backoff=2.0, max_retry_delay=3.0, sleep=fake_sleep
+    ) as telegram:
+        report = await telegram.deliver(load_fixture("edited_message"))
+    assert report.statuses == [500, 500, 500, 500, 200]
+    assert sleeps == [0.5, 1.0, 2.0, 3.0]
+
+
 async def test_connection_failure_is_recorded_and_retried() -> None:
     probe = web.AppRunner(web.Application())
     await probe.setup()
@@ -213,6 +231,10 @@ def test_invalid_settings_are_rejected() -> None:
         TelegramDelivery("http://127.0.0.1:1/", max_attempts=0)
     with pytest.raises(ValueError, match="timeout"):
         TelegramDelivery("http://127.0.0.1:1/", timeout=0)
+    with pytest.raises(ValueError, match="backoff"):
+        TelegramDelivery("http://127.0.0.1:1/", backoff=0.5)
+    with pytest.raises(ValueError, match="max_retry_delay"):
+        TelegramDelivery("http://127.0.0.1:1/", max_retry_delay=-1)
 
 
 def test_fixtures_ship_with_the_package(tmp_path: Any) -> None:
