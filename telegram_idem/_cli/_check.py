@@ -162,7 +162,8 @@ def check(store_url: str, as_json: bool) -> None:
     Checks the store at URL (default: $IDEM_STORE_URL) and says in one line what is
     wrong, or "ok". Rows: store (host, database, table or key prefix; never a password), server (name
     and version), compared (what the check compares: tables and their columns for SQL
-    stores; Redis has no tables, so its version and maxmemory-policy), schema version
+    stores; for DynamoDB the table's key schema, TTL and ledger index; Redis has no
+    tables, so its version and maxmemory-policy), schema version
     (when the store keeps one), tables found (n of m) and tables missing, round trip
     (ms: the median of 5 reads of a key that does not exist), clock offset (ms: the
     store's clock minus this host's, at the midpoint of the fastest of 5 clock reads,
@@ -177,7 +178,8 @@ def check(store_url: str, as_json: bool) -> None:
     "clock_uncertainty_ms", "problems", "ok", "verdict"}.
 
     Exit status: 0 ok, 1 a problem found (the verdict says which), 3 store unreachable,
-    4 bad URL, missing driver, or a store without a health check (DynamoDB).
+    4 bad URL, missing driver, or a store without a health check (the Checkable
+    ability: every built-in store has it).
 
     Examples:
 

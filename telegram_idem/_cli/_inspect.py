@@ -74,8 +74,8 @@ def inspect(key: str | None, prefix: str | None, limit: int, store_url: str, as_
     result size (bytes of the stored result or failure; "-" while in progress).
 
     --prefix lists the live records in key order, at most --limit of them; it needs a
-    store with the Browsable ability (memory, SQLite, PostgreSQL, Redis; Redis scans its
-    whole keyspace with SCAN). The prefix is never a pattern: %, _, * and ? match
+    store with the Browsable ability (memory, SQLite, PostgreSQL, Redis, DynamoDB;
+    Redis scans its whole keyspace with SCAN, DynamoDB its whole table). The prefix is never a pattern: %, _, * and ? match
     themselves. --json prints {"found": ..., <the fields>} for KEY, {"prefix", "limit",
     "truncated", "records": [...]} for --prefix (times as lease_left_s,
     retention_left_s; result_bytes).

@@ -171,7 +171,7 @@ def purge(
     command says so and exits 0. --dry-run counts the records past retention instead.
 
     --prefix P deletes every stored record whose key starts with P, live ones too (the
-    Browsable ability: memory, SQLite, PostgreSQL, Redis), --batch records per batch,
+    Browsable ability: memory, SQLite, PostgreSQL, Redis, DynamoDB), --batch records per batch,
     after asking for confirmation unless --yes (the question goes to stderr). Deleting
     a live update guard (idem:<bot id>:u:<update id>) lets a duplicate of that update
     run again: it is for tests, tenants and cleaning up after a key layout change. P is

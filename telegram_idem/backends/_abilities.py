@@ -14,8 +14,8 @@ class to inherit, nothing to register):
 | :class:`JoinsTransactions` | ``joined(conn) -> JoinedRecords`` | SQLite, PostgreSQL |
 | :class:`Migratable` | ``async migrate() -> bool \\| None`` | PostgreSQL, DynamoDB |
 | :class:`Purgeable` | ``async purge() -> int`` | SQLite, PostgreSQL |
-| :class:`Browsable` | ``async records(*, prefix, limit)``, ``async count_records(*, prefix, expired)``, ``async delete_records(*, prefix, limit)`` | memory, SQLite, PostgreSQL, Redis |
-| :class:`Checkable` | ``async health() -> StoreHealth`` | memory, SQLite, PostgreSQL, Redis |
+| :class:`Browsable` | ``async records(*, prefix, limit)``, ``async count_records(*, prefix, expired)``, ``async delete_records(*, prefix, limit)`` | memory, SQLite, PostgreSQL, Redis, DynamoDB |
+| :class:`Checkable` | ``async health() -> StoreHealth`` | memory, SQLite, PostgreSQL, Redis, DynamoDB |
 
 Ask through the helpers (:func:`has_inbox`, :func:`inbox_of`, :func:`as_migratable`,
 :func:`as_purgeable`, :func:`as_browsable`, :func:`as_checkable`): each answers for any

@@ -2,8 +2,9 @@
 store URL per test on each real store (``storecli_url``, parametrised over SQLite,
 PostgreSQL and Redis), records written into it and read back (``storecli_seed``,
 ``storecli_get``), the command run through click's runner with stdout and stderr apart
-(``storecli_invoke``), the installed ``telegram-idem`` script (``storecli_script``) and
-a loopback port nothing listens on (``storecli_closed_port``).
+(``storecli_invoke``), the installed ``telegram-idem`` script (``storecli_script``), a
+loopback port nothing listens on (``storecli_closed_port``), and a third-party store
+with none of the commands' abilities (``storecli-plain://``, :class:`PlainStore`).
 
 The names start with ``storecli_``: other command tests share this folder.
 """
@@ -22,9 +23,11 @@ import pytest
 from click.testing import CliRunner, Result
 from services import UrlFactory
 
+from telegram_idem import machine
 from telegram_idem._cli import cli
-from telegram_idem._records import Record
-from telegram_idem.backends import store_from_url
+from telegram_idem._clock import Clock
+from telegram_idem._records import Claim, Record
+from telegram_idem.backends import Store, store_from_url
 
 STORECLI_STORES = ("sqlite", "postgres", "redis")
 """The stores every command is run against."""
@@ -32,6 +35,70 @@ STORECLI_STORES = ("sqlite", "postgres", "redis")
 Seed = Callable[..., None]
 Invoke = Callable[..., Result]
 Get = Callable[[str, str], Record | None]
+
+
+class PlainStore(Store, schemes=("storecli-plain",)):
+    """A third-party store with the record primitives only (records in a dict): no
+    ``records``/``delete_records``, no ``health``, no ``purge``; ``storecli-plain://``."""
+
+    driver_errors = ()
+
+    def __init__(self, clock: Clock = time.time) -> None:
+        self.clock = clock
+        self.rows: dict[str, Record] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> PlainStore:
+        return cls(clock or time.time)
+
+    def _apply(self, key: str, step: Callable[[Record | None, float], Record | None]) -> bool:
+        new = step(self.rows.get(key), self.clock())
+        if new is not None:
+            self.rows[key] = new
+        return new is not None
+
+    async def _claim(
+        self, key: str, fingerprint: str | None, lease: float, retention: float
+    ) -> Claim:
+        claim, new = machine.decide_claim(
+            self.rows.get(key),
+            key=key,
+            fingerprint=fingerprint,
+            now=self.clock(),
+            lease=lease,
+            retention=retention,
+        )
+        if new is not None:
+            self.rows[key] = new
+        return claim
+
+    async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool:
+        return self._apply(
+            key,
+            lambda r, now: machine.do_complete(
+                r, token=token, result=result, now=now, retention=retention
+            ),
+        )
+
+    async def _fail(self, key: str, token: int, error: bytes, retention: float) -> bool:
+        return self._apply(
+            key,
+            lambda r, now: machine.do_fail(
+                r, token=token, error=error, now=now, retention=retention
+            ),
+        )
+
+    async def _release(self, key: str, token: int) -> bool:
+        return self._apply(key, lambda r, now: machine.do_release(r, token=token, now=now))
+
+    async def _extend(self, key: str, token: int, lease: float) -> bool:
+        return self._apply(
+            key, lambda r, now: machine.do_extend(r, token=token, now=now, lease=lease)
+        )
+
+    async def _get(self, key: str) -> Record | None:
+        record = self.rows.get(key)
+        return record if machine.is_live(record, self.clock()) else None
 
 
 @pytest.fixture(params=[pytest.param(n, marks=getattr(pytest.mark, n)) for n in STORECLI_STORES])

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import Result
@@ -131,7 +132,7 @@ def test_an_older_sqlite_file_is_reported_and_left_as_it_is(
         ("redis://127.0.0.1:6379/0?key_prefix={x}", "key_prefix"),
         ("sqlite://host/file.db", "a SQLite URL is sqlite:///file.db"),
         ("memory://", "memory:// lives inside one process"),
-        ("dynamodb://idem-table?region=us-east-1&endpoint_url=http://127.0.0.1:9", "health"),
+        ("storecli-plain://", "has no health check (the Checkable ability"),
     ],
 )
 def test_a_bad_url_or_a_store_without_a_health_check_exits_4_naming_the_problem(
@@ -195,3 +196,25 @@ def test_a_redis_cluster_is_checked_on_every_master(
     report = json.loads(result.stdout)
     assert report["ok"] is True
     assert report["server"].startswith("Redis ") and "masters)" in report["server"]
+
+
+@pytest.mark.dynamodb
+def test_a_dynamodb_table_is_checked_and_a_missing_one_named(
+    dynamodb_url_factory: UrlFactory, storecli_seed: Seed, storecli_invoke: Invoke
+) -> None:
+    url = dynamodb_url_factory()  # create_table=1: the table is made on first use
+    storecli_seed(url, ["idem:1:u:1"])
+    result = storecli_invoke(["check", "--json", url])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["server"].startswith("DynamoDB (http://")
+    table = urlsplit(url).netloc
+    assert report["tables"]["found"] == [table]
+    never = f"dynamodb://{table}-never?" + "&".join(
+        option for option in urlsplit(url).query.split("&") if not option.startswith("create_table")
+    )
+    missing = storecli_invoke(["check", "--json", never])
+    assert missing.exit_code == 1, missing.output
+    assert json.loads(missing.stdout)["verdict"] == (
+        f"tables missing: {table}-never (run telegram-idem migrate URL)"
+    )

@@ -134,7 +134,7 @@ def test_usage_mistakes_exit_2(args: list[str], storecli_invoke: Invoke) -> None
         (
             [
                 "--store",
-                "dynamodb://idem-table?region=us-east-1&endpoint_url=http://127.0.0.1:9",
+                "storecli-plain://",
                 "--prefix",
                 "p",
             ],

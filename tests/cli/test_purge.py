@@ -138,13 +138,14 @@ def test_usage_mistakes_exit_2(args: list[str], storecli_invoke: Invoke) -> None
         (
             [
                 "--store",
-                "dynamodb://idem-table?region=us-east-1&endpoint_url=http://127.0.0.1:9",
+                "storecli-plain://",
                 "--prefix",
                 "p",
                 "--yes",
             ],
             "way to list or delete records by key prefix",
         ),
+        (["--store", "storecli-plain://", "--expired"], "has no purge() (the Purgeable ability"),
     ],
 )
 def test_a_bad_url_or_a_store_without_the_ability_exits_4(

@@ -62,3 +62,11 @@ class TestPostgres(Browsing):
     @pytest.fixture
     def store_url_factory(self, postgres_url_factory: UrlFactory) -> UrlFactory:
         return postgres_url_factory
+
+
+class TestDynamoDB(Browsing):
+    pytestmark = pytest.mark.dynamodb
+
+    @pytest.fixture
+    def store_url_factory(self, dynamodb_url_factory: UrlFactory) -> UrlFactory:
+        return dynamodb_url_factory
