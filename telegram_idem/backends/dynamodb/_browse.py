@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from telegram_idem._keys import MAX_KEY_BYTES
 from telegram_idem._records import Record
 from telegram_idem.backends._browse import check_limit, stored_prefix
 from telegram_idem.backends._health import StoreHealth
@@ -59,6 +60,8 @@ class DynamoDBBrowsing:
         conditions = ["attribute_exists(#status)"]
         values: dict[str, Any] = {}
         start = stored_prefix(prefix)
+        if len(start.encode("utf-8")) > MAX_KEY_BYTES:
+            return  # no stored key is that long (and DynamoDB refuses such an operand)
         if start:
             conditions.append("begins_with(#pk, :prefix)")
             values[":prefix"] = string(start)
