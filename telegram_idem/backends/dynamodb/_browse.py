@@ -120,7 +120,10 @@ class DynamoDBBrowsing:
         """
 
         async def run() -> int:
-            return sum([1 async for _ in self._scan(prefix, expired=expired, keys_only=True)])
+            n = 0
+            async for _ in self._scan(prefix, expired=expired, keys_only=True):
+                n += 1
+            return n
 
         return await self.connection.call("count_records", run)
 

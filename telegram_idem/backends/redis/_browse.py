@@ -109,10 +109,15 @@ class RedisBrowsing:
                     yield key, bytes(redis_key)
 
     async def _gather(self, prefix: str, limit: int | None) -> list[tuple[str, bytes]]:
-        """The first ``limit`` (all: ``None``) of :meth:`_scan` in key order."""
+        """The first ``limit`` (all: ``None``) of :meth:`_scan` in key order, holding
+        at most ``2 * limit`` keys in memory while the scan runs."""
 
         async def scan(_client: RedisClient) -> list[tuple[str, bytes]]:
-            found = [pair async for pair in self._scan(prefix)]
+            found: list[tuple[str, bytes]] = []
+            async for pair in self._scan(prefix):
+                found.append(pair)
+                if limit is not None and len(found) >= 2 * limit:
+                    found = heapq.nsmallest(limit, found)
             return found if limit is None else heapq.nsmallest(limit, found)
 
         return await self.connection.execute(scan)
@@ -146,7 +151,8 @@ class RedisBrowsing:
         return await self.connection.call("records", run)
 
     async def count_records(self, *, prefix: str, expired: bool = False) -> int:
-        """How many records are stored under ``prefix`` (a whole-keyspace ``SCAN``).
+        """How many records are stored under ``prefix`` (a whole-keyspace ``SCAN``,
+        counted as it goes).
         With ``expired``: 0, since Redis forgets each record when its retention ends
         (``PEXPIRE``), so there is nothing for a purge to do.
 
@@ -157,10 +163,13 @@ class RedisBrowsing:
         if expired:
             return 0
 
-        async def run() -> int:
-            return len(await self._gather(prefix, None))
+        async def count(_client: RedisClient) -> int:
+            n = 0
+            async for _ in self._scan(prefix):
+                n += 1
+            return n
 
-        return await self.connection.call("count_records", run)
+        return await self.connection.call("count_records", lambda: self.connection.execute(count))
 
     async def delete_records(self, *, prefix: str, limit: int = 1000) -> int:
         """Delete up to ``limit`` records stored under ``prefix``: ``SCAN`` until that
