@@ -218,3 +218,23 @@ def test_a_dynamodb_table_is_checked_and_a_missing_one_named(
     assert json.loads(missing.stdout)["verdict"] == (
         f"tables missing: {table}-never (run telegram-idem migrate URL)"
     )
+
+
+@pytest.mark.sqlite
+def test_the_sqlite_check_expects_exactly_what_a_store_creates(
+    tmp_path: Path, storecli_seed: Seed
+) -> None:
+    path = tmp_path / "fresh.db"
+    storecli_seed(f"sqlite:///{path}", [])
+    conn = sqlite3.connect(path)
+    try:
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+            )
+        ]
+        made = {n: [r[1] for r in conn.execute(f"PRAGMA table_info('{n}')")] for n in names}
+    finally:
+        conn.close()
+    assert {name: list(columns) for name, columns in expected_tables().items()} == made
