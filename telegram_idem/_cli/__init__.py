@@ -3,11 +3,14 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem check [URL]            tables, server version, round trip, clock offset
+    telegram-idem inspect KEY            one record (or --prefix P: the records under P)
+    telegram-idem purge --expired        delete records past retention (or --prefix P)
     telegram-idem inbox stats|list|show|redrive|drop  the inbox's entries and dead letters
-    telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
-    telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
     telegram-idem outbox stats|list|show|redrive|resolve|unpark  the outbox's calls
     telegram-idem unresolved list|resolve  unknown steps, actions and sends
+    telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
+    telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
     telegram-idem --help                 every command, each with its own --help
 
 Every command takes the store URL as ``--store URL`` (``migrate`` and ``check`` as their
@@ -21,9 +24,12 @@ from __future__ import annotations
 
 import click
 
+from telegram_idem._cli._check import check
 from telegram_idem._cli._inbox import inbox
+from telegram_idem._cli._inspect import inspect
 from telegram_idem._cli._migrate import migrate
 from telegram_idem._cli._outbox import outbox
+from telegram_idem._cli._purge import purge
 from telegram_idem._cli._replay import replay
 from telegram_idem._cli._unresolved import unresolved
 from telegram_idem._cli._webhook import webhook
@@ -42,6 +48,9 @@ cli.add_command(migrate)
 cli.add_command(inbox)
 cli.add_command(outbox)
 cli.add_command(unresolved)
+cli.add_command(check)
+cli.add_command(inspect)
+cli.add_command(purge)
 cli.add_command(replay)
 cli.add_command(webhook)
 

@@ -14,7 +14,7 @@ Each store module is imported only when its scheme is used, so the core installs
 none of the drivers. A custom :class:`Store` subclass that declares schemes serves them
 too, and so does a store a distribution declares as an entry point
 (:mod:`telegram_idem.backends._registry`). What a store can do beyond the record
-primitives (an inbox, ``migrate``, ``purge``) is in :mod:`telegram_idem.backends._abilities`.
+primitives (an inbox, ``migrate``, ``purge``, listing records by prefix, a health check) is in :mod:`telegram_idem.backends._abilities`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 from telegram_idem._clock import Clock
 from telegram_idem._joined import JoinedRecords
 from telegram_idem.backends._abilities import (
+    Browsable,
+    Checkable,
     HasFloodBudget,
     HasInbox,
     HasLedger,
@@ -31,6 +33,8 @@ from telegram_idem.backends._abilities import (
     JoinsTransactions,
     Migratable,
     Purgeable,
+    as_browsable,
+    as_checkable,
     as_migratable,
     as_purgeable,
     flood_budget_of,
@@ -46,6 +50,7 @@ from telegram_idem.backends._abilities import (
 )
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._driver import DriverErrors, describe_error
+from telegram_idem.backends._health import StoreHealth
 from telegram_idem.backends._registry import (
     BUILTIN_SCHEMES,
     ENTRY_POINT_GROUP,
@@ -57,6 +62,8 @@ from telegram_idem.backends._url import StoreURL, redact
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SCHEMES",
+    "Browsable",
+    "Checkable",
     "DriverErrors",
     "HasFloodBudget",
     "HasInbox",
@@ -67,7 +74,10 @@ __all__ = [
     "Migratable",
     "Purgeable",
     "Store",
+    "StoreHealth",
     "StoreURL",
+    "as_browsable",
+    "as_checkable",
     "as_migratable",
     "as_purgeable",
     "describe_error",

@@ -14,11 +14,16 @@ class to inherit, nothing to register):
 | :class:`JoinsTransactions` | ``joined(conn) -> JoinedRecords`` | SQLite, PostgreSQL |
 | :class:`Migratable` | ``async migrate() -> bool \\| None`` | PostgreSQL, DynamoDB |
 | :class:`Purgeable` | ``async purge() -> int`` | SQLite, PostgreSQL |
+| :class:`Browsable` | ``async records(*, prefix, limit)``, ``async count_records(*, prefix, expired)``, ``async delete_records(*, prefix, limit)`` | memory, SQLite, PostgreSQL, Redis, DynamoDB |
+| :class:`Checkable` | ``async health() -> StoreHealth`` | memory, SQLite, PostgreSQL, Redis, DynamoDB |
 
 Ask through the helpers (:func:`has_inbox`, :func:`inbox_of`, :func:`as_migratable`,
-:func:`as_purgeable`): each answers for any object, and the ``as_``/``_of`` ones raise a
+:func:`as_purgeable`, :func:`as_browsable`, :func:`as_checkable`): each answers for any
+object, and the ``as_``/``_of`` ones raise a
 :class:`~telegram_idem.errors.ConfigurationError` naming the store and the ability when
-it is absent.
+it is absent. :class:`Browsable` and :class:`Checkable` are what ``telegram-idem
+inspect --prefix``, ``purge --prefix`` and ``check`` need; their answer to ``health()``
+is a :class:`~telegram_idem.backends.StoreHealth`.
 
 ``Store.inbox()`` stays on the base class (``idem.store.inbox()`` is how a bot reaches its
 inbox), so every store has an ``inbox`` attribute and ``isinstance(store, HasInbox)`` is
@@ -33,6 +38,8 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from telegram_idem._joined import JoinedRecords
+from telegram_idem._records import Record
+from telegram_idem.backends._health import StoreHealth
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
@@ -40,6 +47,8 @@ from telegram_idem.ledger import Ledger
 from telegram_idem.outbox import Outbox
 
 __all__ = [
+    "Browsable",
+    "Checkable",
     "HasFloodBudget",
     "HasInbox",
     "HasLedger",
@@ -48,6 +57,8 @@ __all__ = [
     "Migratable",
     "Purgeable",
     "absent",
+    "as_browsable",
+    "as_checkable",
     "as_migratable",
     "as_purgeable",
     "flood_budget_of",
@@ -158,6 +169,85 @@ class Purgeable(Protocol):
         ...
 
 
+@runtime_checkable
+class Browsable(Protocol):
+    """A store whose records can be listed, counted and deleted by key prefix
+    (``telegram-idem inspect --prefix`` and ``purge --prefix``).
+
+    Keys are compared as stored: a long or odd key is stored bounded
+    (:func:`telegram_idem._keys.bounded_key`: a readable head of at most 200 bytes,
+    ``":h:"`` and a hash), and the prefix is spelled the same way
+    (:func:`telegram_idem.backends._browse.stored_prefix`), so a prefix longer than
+    that head matches only keys stored whole. No prefix is ever read as a pattern
+    (``%``, ``_``, ``*``, ``?``, ``[`` match themselves).
+    """
+
+    async def records(self, *, prefix: str, limit: int = 100) -> list[Record]:
+        """The live records (retention not over) whose key starts with ``prefix``.
+
+        Args:
+            prefix: the start of the keys (``""``: every record).
+            limit: most records returned (≥ 1).
+
+        Returns:
+            At most ``limit`` records, in key order (the store's order of text: code
+            points for SQLite, memory and Redis, the database's collation for
+            PostgreSQL); the first ``limit`` of that order.
+
+        Raises:
+            ConfigurationError: ``limit`` < 1.
+            StoreError: the store could not answer.
+        """
+        ...
+
+    async def count_records(self, *, prefix: str, expired: bool = False) -> int:
+        """How many records :meth:`delete_records` would delete for ``prefix`` (every
+        stored record under it, live or past retention), or with ``expired`` only
+        those past retention (what ``purge()`` deletes).
+
+        Raises:
+            StoreError: the store could not answer.
+        """
+        ...
+
+    async def delete_records(self, *, prefix: str, limit: int = 1000) -> int:
+        """Delete one batch of the stored records whose key starts with ``prefix``
+        (live ones too: their keys can be acquired again at once, so a duplicate of
+        an update whose guard is deleted runs again). Call it until it returns 0.
+
+        Args:
+            prefix: the start of the keys (``""``: every record).
+            limit: most records deleted by this call (≥ 1).
+
+        Returns:
+            How many records were deleted.
+
+        Raises:
+            ConfigurationError: ``limit`` < 1.
+            StoreError: the store could not answer.
+        """
+        ...
+
+
+@runtime_checkable
+class Checkable(Protocol):
+    """A store that checks itself: server and version, its tables, what is wrong
+    (``telegram-idem check``)."""
+
+    async def health(self) -> StoreHealth:
+        """Look at the store and say what is wrong; creates and changes nothing.
+
+        Returns:
+            The :class:`~telegram_idem.backends.StoreHealth`: missing tables and
+            wrong settings are answered as problems, not raised.
+
+        Raises:
+            StoreError: the store could not be reached.
+            ConfigurationError: credentials, database or privileges are wrong.
+        """
+        ...
+
+
 _WHAT: dict[type, str] = {
     HasInbox: "inbox",
     HasOutbox: "outbox",
@@ -166,6 +256,8 @@ _WHAT: dict[type, str] = {
     JoinsTransactions: "way to join your database transaction (its records live elsewhere)",
     Migratable: "migrate()",
     Purgeable: "purge()",
+    Browsable: "way to list or delete records by key prefix",
+    Checkable: "health check",
 }
 """How :func:`missing` names each ability."""
 
@@ -302,4 +394,27 @@ def as_purgeable(store: object) -> Purgeable:
     """
     if not isinstance(store, Purgeable):
         raise missing(store, Purgeable)
+    return store
+
+
+def as_browsable(store: object) -> Browsable:
+    """``store`` as a :class:`Browsable`.
+
+    Raises:
+        ConfigurationError: ``store`` cannot list or delete records by key prefix (the
+            message names it and the ability).
+    """
+    if not isinstance(store, Browsable):
+        raise missing(store, Browsable)
+    return store
+
+
+def as_checkable(store: object) -> Checkable:
+    """``store`` as a :class:`Checkable`.
+
+    Raises:
+        ConfigurationError: ``store`` has no ``health()`` (the message names it).
+    """
+    if not isinstance(store, Checkable):
+        raise missing(store, Checkable)
     return store

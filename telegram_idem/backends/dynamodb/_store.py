@@ -20,6 +20,7 @@ from telegram_idem import machine
 from telegram_idem._clock import Clock
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
+from telegram_idem.backends.dynamodb._browse import DynamoDBBrowsing
 from telegram_idem.backends.dynamodb._connection import DynamoDBConnection
 from telegram_idem.backends.dynamodb._errors import DRIVER_BASE, DRIVER_ERRORS
 from telegram_idem.backends.dynamodb._items import (
@@ -49,8 +50,10 @@ _HELD: Final = "#token = :t AND #status = :ip AND #exp_at > :now"
 _MAX_ROUNDS: Final = 8
 
 
-class DynamoDBStore(Store):
+class DynamoDBStore(DynamoDBBrowsing, Store):
     """Records as items of one DynamoDB table, written only by conditional writes.
+    Lists, counts and deletes records by key prefix (a whole-table ``Scan``) and checks
+    the table (:class:`~telegram_idem.backends.dynamodb._browse.DynamoDBBrowsing`).
 
     Args:
         table: table name (3–255 of ``A-Z a-z 0-9 _ . -``), partition key ``pk`` (S).

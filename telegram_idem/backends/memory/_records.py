@@ -10,6 +10,7 @@ from telegram_idem._clock import Clock, system_clock
 from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
+from telegram_idem.backends.memory._browse import MemoryBrowsing
 from telegram_idem.backends.memory._flood import MemoryFloodBudget
 from telegram_idem.backends.memory._inbox import MemoryInbox
 from telegram_idem.backends.memory._ledger import MemoryLedger
@@ -21,9 +22,10 @@ __all__ = ["MemoryStore"]
 T = TypeVar("T")
 
 
-class MemoryStore(LocalStore):
+class MemoryStore(MemoryBrowsing, LocalStore):
     """Records in a dict; every primitive is atomic (no await inside). Serves
-    ``memory://``.
+    ``memory://``. Lists, counts and deletes records by key prefix and answers a health
+    check (:class:`~telegram_idem.backends.memory._browse.MemoryBrowsing`).
 
     Args:
         clock: seconds since the epoch; decides leases and expiry.

@@ -56,6 +56,19 @@ class MemoryRecords:
     def __len__(self) -> int:
         return len(self._records)
 
+    def stored(self) -> list[Record]:
+        """Every stored record, expired or not (a copy: safe to delete while iterating)."""
+        return list(self._records.values())
+
+    def delete(self, key: str) -> bool:
+        """Forget ``key``'s record; ``False`` if there was none (its expiry heap entry
+        goes stale and is skipped).
+
+        Args:
+            key: the record's full key.
+        """
+        return self._records.pop(key, None) is not None
+
     def write(self, record: Record) -> None:
         """Store ``record`` as is, then evict: the expired records, and the ones closest
         to expiry while more than ``max_items`` remain.

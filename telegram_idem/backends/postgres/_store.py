@@ -19,6 +19,7 @@ from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._url import redact
+from telegram_idem.backends.postgres._browse import PostgresBrowsing
 from telegram_idem.backends.postgres._connection import PoolOptions, PostgresConnection
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS
 from telegram_idem.backends.postgres._flood import PostgresFloodBudget
@@ -52,9 +53,11 @@ def _record(row: Any) -> Record:
     )
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresBrowsing, Store):
     """Records in one PostgreSQL table, ``<table_prefix>_records``; the inbox
-    (:meth:`inbox`) in ``<table_prefix>_inbox``.
+    (:meth:`inbox`) in ``<table_prefix>_inbox``. Lists, counts and deletes records by
+    key prefix and checks its tables
+    (:class:`~telegram_idem.backends.postgres._browse.PostgresBrowsing`).
 
     Args:
         dsn: an asyncpg DSN, ``postgresql://user:password@host:5432/db`` (store options

@@ -20,6 +20,7 @@ from redis.crc import key_slot
 from telegram_idem._clock import Clock
 from telegram_idem._records import Claim, Outcome, Record, Status
 from telegram_idem.backends._base import Store
+from telegram_idem.backends.redis._browse import RedisBrowsing
 from telegram_idem.backends.redis._connection import RedisConnection, location
 from telegram_idem.backends.redis._errors import REDIS_ERRORS
 from telegram_idem.backends.redis._flood import RedisFloodBudget
@@ -74,8 +75,10 @@ def _claim_args(
     ]
 
 
-class RedisStore(Store):
+class RedisStore(RedisBrowsing, Store):
     """Records in Redis hashes, decided by Lua scripts (see the module docstring).
+    Lists, counts and deletes records by key prefix (``SCAN``, never ``KEYS``) and checks
+    the server (:class:`~telegram_idem.backends.redis._browse.RedisBrowsing`).
 
     Args:
         client_or_url: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``

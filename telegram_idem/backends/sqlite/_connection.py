@@ -94,6 +94,11 @@ class SQLiteConnection:
         return self._conn
 
     @property
+    def busy_timeout(self) -> float:
+        """Seconds a call waits for another connection's lock."""
+        return self._busy_timeout
+
+    @property
     def is_open(self) -> bool:
         """Whether the connection is open, its file and tables set up (no I/O)."""
         return self._conn is not None

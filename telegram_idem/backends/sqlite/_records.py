@@ -13,6 +13,7 @@ from telegram_idem._joined import JoinedRecords
 from telegram_idem._records import Record
 from telegram_idem.backends._local import LocalStore, RecordAccess
 from telegram_idem.backends._url import StoreURL
+from telegram_idem.backends.sqlite._browse import SQLiteBrowsing
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._flood import SQLiteFloodBudget
 from telegram_idem.backends.sqlite._inbox import SQLiteInbox
@@ -27,8 +28,10 @@ __all__ = ["SQLiteStore"]
 T = TypeVar("T")
 
 
-class SQLiteStore(LocalStore):
-    """Records in one SQLite file. Serves ``sqlite:///…``.
+class SQLiteStore(SQLiteBrowsing, LocalStore):
+    """Records in one SQLite file. Serves ``sqlite:///…``. Lists, counts and deletes
+    records by key prefix and checks its tables
+    (:class:`~telegram_idem.backends.sqlite._browse.SQLiteBrowsing`).
 
     Args:
         path: database file (created with its schema if absent) or ``":memory:"``.

@@ -24,6 +24,7 @@ sets ``schemes`` is found; override it for a store made otherwise), on the plugi
 | :class:`InboxConformance` | all of the above, plus the durable inbox of ``store.inbox()``: admission with the update guard, per-chat order, leases, retries, dead letters, redrive, fencing, exact payload bytes |
 | :class:`OutboxConformance` | the outbox of ``store.outbox()`` alone: idempotent enqueue in every status, latest-wins collapse, per-chat order with one call in flight, priority, fencing, retries, dead and unknown outcomes, parked chats, redrive, resolve, listing, retention, races, exact bytes, odd keys |
 | :class:`LedgerConformance` | the effect ledger of ``store.ledger()`` alone: one started row per key, unknown and settled under fencing tokens, fenced removal, listing oldest first by state and prefix, rows that never expire, exact bytes and odd keys, racing starts, one ledger per URL |
+| :class:`BrowseConformance` | listing, counting and deleting records by key prefix (``records``, ``count_records``, ``delete_records``: live records in key order, a prefix never read as a pattern, odd and huge prefixes, exact batches) and ``health()`` finding a fresh store's tables |
 | :class:`FloodBudgetConformance` | the flood budget of ``store.flood_budget()`` alone: burst then interval, all-or-nothing reservations, gates and pauses, races, budgets shared by one URL's store objects |
 
 The outbound classes hold only their own contract: a store that has records, an outbox
@@ -46,6 +47,7 @@ store to keep exactly, for a store's own further tests.
 from __future__ import annotations
 
 from telegram_idem.testing.conformance._base import ConformanceBase, StoreMaker, UrlFactory
+from telegram_idem.testing.conformance._browse import BrowseContract
 from telegram_idem.testing.conformance._concurrency import ConcurrencyContract
 from telegram_idem.testing.conformance._flood import FloodBudgetContract
 from telegram_idem.testing.conformance._inbox import InboxContract
@@ -58,6 +60,7 @@ from telegram_idem.testing.conformance._records import RecordContract
 __all__ = [
     "ODD_PAYLOADS",
     "ODD_TEXTS",
+    "BrowseConformance",
     "ClaimTable",
     "ConformanceBase",
     "FloodBudgetConformance",
@@ -97,3 +100,10 @@ class LedgerConformance(LedgerContract):
     """The effect-ledger contract of a store whose ``ledger()`` gives a ledger shared by
     every process using the store: subclass it and define ``store_url_factory`` (see the
     module docstring)."""
+
+
+class BrowseConformance(BrowseContract):
+    """The browsing and health contract of a store with the
+    :class:`~telegram_idem.backends.Browsable` and :class:`~telegram_idem.backends.Checkable`
+    abilities: subclass it and define ``store_url_factory`` (see the module docstring;
+    ``counts_expired = False`` for a store that forgets records past retention itself)."""
