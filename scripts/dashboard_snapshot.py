@@ -508,19 +508,8 @@ def draw(prom: str, begin: float, end: float, scrape: float, out: Path, store: s
 
 
 def store_for(kind: str, work: Path) -> str:
-    """The run's store URL. SQLite unless its inbox cannot report stats yet (then memory,
-    and the picture says so)."""
-    if kind == "sqlite":
-        from telegram_idem import store_from_url
-
-        probe = store_from_url(f"sqlite:///{work / 'probe.db'}")
-        if type(probe.inbox()).stats is Inbox.stats:
-            print(
-                "note: this SQLite inbox has no stats() yet; running on memory://", file=sys.stderr
-            )
-            return "memory://"
-        return f"sqlite:///{work / 'bot.db'}"
-    return "memory://"
+    """The run's store URL: a SQLite file in ``work``, or ``memory://``."""
+    return f"sqlite:///{work / 'bot.db'}" if kind == "sqlite" else "memory://"
 
 
 def main() -> int:

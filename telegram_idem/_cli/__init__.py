@@ -3,6 +3,7 @@
 ::
 
     telegram-idem migrate URL            create a store's tables (idempotent)
+    telegram-idem inbox stats|list|show|redrive|drop  the inbox's entries and dead letters
     telegram-idem replay FILE… --url URL POST recorded updates to a webhook like Telegram
     telegram-idem webhook info|set|delete  the bot's webhook, through the Bot API
     telegram-idem outbox stats|list|show|redrive|resolve|unpark  the outbox's calls
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import click
 
+from telegram_idem._cli._inbox import inbox
 from telegram_idem._cli._migrate import migrate
 from telegram_idem._cli._outbox import outbox
 from telegram_idem._cli._replay import replay
@@ -37,6 +39,7 @@ def cli() -> None:
 
 
 cli.add_command(migrate)
+cli.add_command(inbox)
 cli.add_command(outbox)
 cli.add_command(unresolved)
 cli.add_command(replay)

@@ -198,10 +198,11 @@ class Inbox(abc.ABC):
 
     # ------------------------------------------------------------- for operators
 
+    @abc.abstractmethod
     async def get(self, entry_id: str) -> InboxEntry | None:
         """The entry ``entry_id`` (an update guard key) in any status, or ``None``."""
-        raise NotImplementedError(f"{type(self).__name__}.get")
 
+    @abc.abstractmethod
     async def entries(
         self,
         *,
@@ -210,21 +211,34 @@ class Inbox(abc.ABC):
         limit: int = 100,
     ) -> list[InboxEntry]:
         """Entries oldest (``seq``) first, of ``status`` and of ``ordering_key`` when
-        given, at most ``limit`` (a positive int)."""
-        raise NotImplementedError(f"{type(self).__name__}.entries")
+        given, at most ``limit``.
 
+        Args:
+            status: only entries in this status (``None``: any).
+            ordering_key: only entries of this unit (``chat:<id>``, ``user:<id>``, or an
+                entry's own id; ``None``: any).
+            limit: most entries returned (≥ 1).
+
+        Raises:
+            ValueError: ``limit`` < 1.
+        """
+
+    @abc.abstractmethod
     async def drop(self, entry_id: str) -> bool:
         """Delete the dead letter ``entry_id`` for good. Its update guard record stays,
         so a redelivery of that update is still a duplicate. ``False`` if there is no
         dead letter by that id (a live entry is never dropped)."""
-        raise NotImplementedError(f"{type(self).__name__}.drop")
 
+    @abc.abstractmethod
     async def stats(self) -> InboxStats:
         """Counts per status and the admission time of each status's oldest entry, read
         together (one snapshot where the store can)."""
-        raise NotImplementedError(f"{type(self).__name__}.stats")
 
+    @abc.abstractmethod
     async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
         """The ordering units that have live entries, the most entries first (ties: the
-        oldest first), at most ``limit``: "pending per chat"."""
-        raise NotImplementedError(f"{type(self).__name__}.backlog")
+        oldest first), at most ``limit``: "pending per chat".
+
+        Raises:
+            ValueError: ``limit`` < 1.
+        """

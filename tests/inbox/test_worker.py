@@ -594,12 +594,18 @@ class _AdmitDuringEmptyTake(Inbox):
             "dead_letters",
             "redrive",
             "depth",
+            "get",
+            "entries",
+            "drop",
+            "stats",
+            "backlog",
         }:
             return getattr(object.__getattribute__(self, "inner"), name)
         return object.__getattribute__(self, name)
 
     admit = admit_many = ack = retry = bury = extend = None  # type: ignore[assignment]
     dead_letters = redrive = depth = None  # type: ignore[assignment]
+    get = entries = drop = stats = backlog = None  # type: ignore[assignment]
 
 
 async def test_a_notify_during_a_take_that_found_nothing_is_not_lost(tmp_path: Path) -> None:

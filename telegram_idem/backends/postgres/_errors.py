@@ -2,8 +2,8 @@
 
 :data:`POSTGRES_ERRORS` classifies by exception class (the shared
 :class:`~telegram_idem.backends._driver.DriverErrors`); :func:`translate` adds the two
-cases with a message of their own: a missing table (run ``telegram-idem migrate``) and a
-value beyond what PostgreSQL can hold.
+cases with a message of their own: a missing table or column (run ``telegram-idem
+migrate``) and a value beyond what PostgreSQL can hold.
 """
 
 from __future__ import annotations
@@ -65,6 +65,12 @@ def translate(where: str, exc: Exception, *, tables: tuple[str, ...]) -> IdemErr
             f"{where}: table {missing!r} does not exist: run `telegram-idem migrate "
             f"<store URL>` once (or PostgresStore.migrate()), or add auto_create=1 to "
             f"the store URL ({exc})"
+        )
+    if isinstance(exc, asyncpg.exceptions.UndefinedColumnError):
+        return ConfigurationError(
+            f"{where}: the tables were made by an older version of telegram-idem (a column "
+            f"is missing): run `telegram-idem migrate <store URL>` once (or "
+            f"PostgresStore.migrate()) to upgrade them in place ({exc})"
         )
     if isinstance(exc, _VALUE_ERRORS):
         return ConfigurationError(

@@ -14,7 +14,8 @@ from telegram_idem import _inbox_logic as logic
 from telegram_idem._text import storable_text
 from telegram_idem.backends.postgres._connection import PostgresConnection
 from telegram_idem.backends.postgres._inbox_sql import build_inbox_sql
-from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
+from telegram_idem.ledger import check_limit
 
 __all__ = ["PostgresInbox"]
 
@@ -31,6 +32,7 @@ def _entry(row: Any) -> InboxEntry:
         available_at=row["available_at"],
         lease_expires_at=row["lease_expires_at"],
         last_error=row["last_error"],
+        admitted_at=row["admitted_at"],
     )
 
 
@@ -45,7 +47,13 @@ class PostgresInbox(Inbox):
     Every call is one statement (one round trip on a connection that has prepared it).
     Errors are the store's: :class:`~telegram_idem.errors.StoreError` when the server
     cannot answer, :class:`~telegram_idem.errors.ConfigurationError` when the table is
-    missing (run ``telegram-idem migrate URL``: it creates both tables).
+    missing, or made by an older version without a column this one reads (run
+    ``telegram-idem migrate URL``: it creates the tables and upgrades older ones).
+
+    The operator's reads (:meth:`entries`, :meth:`backlog`) are read through indexes:
+    one status in ``seq`` order through ``…_inbox_status_idx``, one ordering key's live
+    entries through ``…_inbox_heads_idx``, each cut by its ``LIMIT``; :meth:`stats` is one
+    statement (one snapshot, with the clock it was read at).
     """
 
     def __init__(self, connection: PostgresConnection) -> None:
@@ -149,3 +157,57 @@ class PostgresInbox(Inbox):
     async def depth(self) -> int:
         rows = await self._fetch("depth", "depth")
         return int(rows[0][0])
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        rows = await self._fetch("get", "get", entry_id)
+        return _entry(rows[0]) if rows else None
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        check_limit(limit)
+        n = int(limit)
+        if ordering_key is None:
+            if status is None:
+                rows = await self._fetch("entries", "entries_all", n)
+            else:
+                rows = await self._fetch("entries", "entries_status", n, EntryStatus(status).value)
+        elif status is None:
+            rows = await self._fetch("entries", "entries_key", n, ordering_key)
+        elif EntryStatus(status) is EntryStatus.DEAD:
+            rows = await self._fetch("entries", "entries_dead_key", n, ordering_key)
+        else:
+            rows = await self._fetch(
+                "entries", "entries_live_key", n, ordering_key, EntryStatus(status).value
+            )
+        return [_entry(r) for r in rows]
+
+    async def drop(self, entry_id: str) -> bool:
+        return bool(await self._fetch("drop", "drop", entry_id))
+
+    async def stats(self) -> InboxStats:
+        rows = await self._fetch("stats", "stats", now=True)
+        counts = dict.fromkeys(EntryStatus, 0)
+        oldest: dict[EntryStatus, float] = {}
+        now = 0.0
+        for row in rows:
+            now = float(row["now"])
+            if row["status"] is not None:
+                status = EntryStatus(row["status"])
+                counts[status] = int(row["n"])
+                oldest[status] = float(row["oldest"])
+        return InboxStats(counts=counts, oldest_admitted_at=oldest, now=now)
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        check_limit(limit)
+        rows = await self._fetch("backlog", "backlog", int(limit))
+        return [
+            UnitBacklog(
+                r["ordering_key"], int(r["pending"]), int(r["in_flight"]), float(r["oldest"])
+            )
+            for r in rows
+        ]

@@ -123,8 +123,8 @@ up AS (
 ins AS (
   INSERT INTO {inbox} AS i
     (id, ordering_key, payload, status, attempts, token, available_at, lease_expires_at,
-     last_error)
-  SELECT w.id, w.ordering_key, w.payload, 'pending', 0, 0, c.now, 0, NULL
+     last_error, admitted_at)
+  SELECT w.id, w.ordering_key, w.payload, 'pending', 0, 0, c.now, 0, NULL, c.now
   FROM (SELECT s.id, s.ordering_key, s.payload FROM src s JOIN up ON up.key = s.id
         ORDER BY s.ord) AS w, c
   ON CONFLICT (id) DO UPDATE SET
@@ -135,7 +135,8 @@ ins AS (
     attempts = 0,
     available_at = excluded.available_at,
     lease_expires_at = 0,
-    last_error = NULL
+    last_error = NULL,
+    admitted_at = excluded.admitted_at
   RETURNING i.id
 )
 SELECT id FROM ins"""
@@ -227,6 +228,47 @@ RETURNING 1"""
 )
 _DEPTH = "SELECT count(*) FROM {inbox} WHERE status <> 'dead'"
 
+# The operator's reads. Every listing is read in seq order from an index and cut by its
+# LIMIT: one status through …_status_idx (status, seq); one ordering key's live entries
+# through …_heads_idx (ordering_key, seq) WHERE status <> 'dead', its dead letters
+# through …_status_idx; everything through the primary key.
+_GET = "SELECT {cols} FROM {inbox} WHERE id = $1"
+_ENTRIES_ALL = "SELECT {cols} FROM {inbox} ORDER BY seq LIMIT $1"
+_ENTRIES_STATUS = "SELECT {cols} FROM {inbox} WHERE status = $2 ORDER BY seq LIMIT $1"
+_ENTRIES_LIVE_KEY = (
+    "SELECT {cols} FROM {inbox} WHERE ordering_key = $2 AND status <> 'dead' "
+    "AND status = $3 ORDER BY seq LIMIT $1"
+)
+_ENTRIES_DEAD_KEY = (
+    "SELECT {cols} FROM {inbox} WHERE status = 'dead' AND ordering_key = $2 ORDER BY seq LIMIT $1"
+)
+_ENTRIES_KEY = (
+    "SELECT {cols} FROM ("
+    "(SELECT {cols} FROM {inbox} WHERE ordering_key = $2 AND status <> 'dead' "
+    "ORDER BY seq LIMIT $1) UNION ALL "
+    "(SELECT {cols} FROM {inbox} WHERE status = 'dead' AND ordering_key = $2 "
+    "ORDER BY seq LIMIT $1)) AS u ORDER BY seq LIMIT $1"
+)
+_DROP = "DELETE FROM {inbox} WHERE id = $1 AND status = 'dead' RETURNING 1"
+# One statement: counts, oldest admission per status and the clock, one snapshot.
+_STATS = (
+    _NOW
+    + """
+SELECT s.status, s.n, s.oldest, c.now
+FROM c LEFT JOIN (
+  SELECT status, count(*) AS n, min(admitted_at) AS oldest FROM {inbox} GROUP BY status
+) AS s ON true"""
+)
+# The live entries per ordering key, read through …_heads_idx (live entries only).
+_BACKLOG = """
+SELECT ordering_key, count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'in_flight') AS in_flight,
+       min(admitted_at) AS oldest
+FROM {inbox} WHERE status <> 'dead'
+GROUP BY ordering_key
+ORDER BY count(*) DESC, min(admitted_at), ordering_key
+LIMIT $1"""
+
 # (template, index of the "now" parameter when a clock is given, or 0: no "now")
 _STATEMENTS: dict[str, tuple[str, int]] = {
     "admit": (_ADMIT.replace("{source}", _ONE), 5),
@@ -239,6 +281,15 @@ _STATEMENTS: dict[str, tuple[str, int]] = {
     "dead_letters": (_DEAD_LETTERS, 0),
     "redrive": (_REDRIVE, 2),
     "depth": (_DEPTH, 0),
+    "get": (_GET, 0),
+    "entries_all": (_ENTRIES_ALL, 0),
+    "entries_status": (_ENTRIES_STATUS, 0),
+    "entries_live_key": (_ENTRIES_LIVE_KEY, 0),
+    "entries_dead_key": (_ENTRIES_DEAD_KEY, 0),
+    "entries_key": (_ENTRIES_KEY, 0),
+    "drop": (_DROP, 0),
+    "stats": (_STATS, 1),
+    "backlog": (_BACKLOG, 0),
 }
 
 

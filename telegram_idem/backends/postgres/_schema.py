@@ -30,8 +30,14 @@ The durable inbox is ``<table_prefix>_inbox`` (see :mod:`telegram_idem.backends.
     available_at      double precision  NOT NULL  -- seconds since the epoch
     lease_expires_at  double precision  NOT NULL  -- seconds since the epoch
     last_error        text              NULL
+    admitted_at       double precision  NOT NULL  DEFAULT 0  -- seconds since the epoch
     INDEX <table_prefix>_inbox_heads_idx (ordering_key, seq) WHERE status <> 'dead'
     INDEX <table_prefix>_inbox_busy_idx (ordering_key) WHERE status <> 'dead' AND attempts > 0
+    INDEX <table_prefix>_inbox_status_idx (status, seq)   -- the operator's listings
+
+``admitted_at`` came after the first version of the table: :func:`create_ddl` adds it to
+an existing table (``ALTER TABLE … ADD COLUMN IF NOT EXISTS``, ``0`` for the entries
+already there), so ``telegram-idem migrate`` upgrades an older schema in place.
 
 The durable outbox (see :mod:`telegram_idem.backends.postgres._outbox`) is three tables:
 ``<table_prefix>_outbox`` (one row per Bot API call, :data:`OUTBOX_COLUMNS`; ``seq`` an
@@ -197,7 +203,10 @@ def inbox_table(
     can give an entry a fresh one). Two partial indexes: ``…_heads_idx`` on
     ``(ordering_key, seq)`` over live entries finds the head of an ordering key in one
     probe; ``…_busy_idx`` on ``ordering_key`` over live entries taken at least once (in
-    flight, or waiting for a retry) lets a take skip the chats that are busy.
+    flight, or waiting for a retry) lets a take skip the chats that are busy. A third,
+    ``…_status_idx`` on ``(status, seq)``, serves the operator's listings of one status
+    in order (:meth:`~telegram_idem.inbox.Inbox.entries`). ``admitted_at`` (seconds since
+    the epoch, store clock) defaults to ``0`` for rows written before it existed.
 
     Args:
         metadata: the SQLAlchemy ``MetaData`` to add the table to; default a new one.
@@ -221,6 +230,7 @@ def inbox_table(
         Column("available_at", Double, nullable=False),
         Column("lease_expires_at", Double, nullable=False),
         Column("last_error", Text, nullable=True),
+        Column("admitted_at", Double, nullable=False, server_default=text("0")),
         UniqueConstraint("id", name=f"{name}_id_key"),
         CheckConstraint("status IN ('pending', 'in_flight', 'dead')", name=f"{name}_status_check"),
         Index(
@@ -234,7 +244,19 @@ def inbox_table(
             "ordering_key",
             postgresql_where=text("status <> 'dead' AND attempts > 0"),
         ),
+        Index(f"{name}_status_idx", "status", "seq"),
     )
+
+
+def _upgrades(table: Table, table_prefix: str) -> list[str]:
+    """What an existing table made by an older version lacks (``ADD COLUMN IF NOT
+    EXISTS``: nothing happens on a table that has it)."""
+    if table.name == inbox_table_name(table_prefix):
+        return [
+            f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS admitted_at "
+            "DOUBLE PRECISION NOT NULL DEFAULT 0"
+        ]
+    return []
 
 
 INBOX_COLUMNS: tuple[str, ...] = tuple(c.name for c in inbox_table().columns)
@@ -455,9 +477,10 @@ def _tables(table_prefix: str) -> list[Table]:
 
 def create_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
     """``CREATE TABLE/INDEX IF NOT EXISTS`` statements, compiled for PostgreSQL: the
-    records table and its index, the inbox table and its indexes, then the outbox, its
-    parked chats, the flood budgets and the effect ledger with theirs (new tables are
-    appended: an existing schema gains them on the next migration).
+    records table and its index, the inbox table, the column an older inbox table lacks
+    (``ALTER TABLE … ADD COLUMN IF NOT EXISTS admitted_at``) and its indexes, then the
+    outbox, its parked chats, the flood budgets and the effect ledger with theirs (new
+    tables are appended: an existing schema gains them on the next migration).
 
     Args:
         table_prefix: the tables' name prefix (``table_prefix=`` of the store URL; checked
@@ -469,6 +492,7 @@ def create_ddl(table_prefix: str = DEFAULT_TABLE_PREFIX) -> list[str]:
     out: list[str] = []
     for table in _tables(table_prefix):
         out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=_DIALECT)).strip())
+        out += _upgrades(table, table_prefix)
         out += [
             str(CreateIndex(index, if_not_exists=True).compile(dialect=_DIALECT)).strip()
             for index in sorted(table.indexes, key=lambda i: str(i.name))

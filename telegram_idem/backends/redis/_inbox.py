@@ -9,7 +9,9 @@ so every inbox script touches one slot (one node) on a Redis Cluster. With
 ``T:e:<id>``      hash, one per entry: ``seq``, ``okey`` (ordering key),
                   ``payload``, ``status`` (pending | in_flight | dead),
                   ``attempts``, ``token``, ``avail`` and ``lease`` (integer ms since
-                  the epoch), ``err`` (absent = none)
+                  the epoch), ``err`` (absent = none), ``adm`` (admitted_at,
+                  integer ms since the epoch; absent = 0: admitted before it
+                  was recorded)
 ``T:k:<okey>``    zset: the live (non-dead) entry ids of one ordering key, by seq;
                   its head (``ZRANGE 0 0``) is the only entry of the key a worker
                   may take
@@ -19,6 +21,8 @@ so every inbox script touches one slot (one node) on a Redis Cluster. With
                   when it will be (ms): a retry's ``avail``, an in-flight lease end
 ``T:live``        zset: live entry ids by seq (``depth`` is its ``ZCARD``)
 ``T:dead``        zset: dead-letter ids by seq (``dead_letters`` reads it in order)
+``T:a:<status>``  zset per status (pending, in_flight, dead): its entry ids by
+                  ``adm``, so ``stats`` counts and dates each status in O(1)
 ================  ===============================================================
 
 Every ordering key with live entries is in exactly one of ``T:ready`` / ``T:wait``; each
@@ -41,6 +45,19 @@ Scripts (``redis/lua/inbox*.lua``; they reuse the record scripts' helpers,
 - **held** (ack / retry / bury / extend): only with the entry's current token while it
   is in flight; ack deletes it, bury moves it to ``T:dead`` (it stops blocking its key).
 - **redrive**, **dead letters**; ``depth`` is a plain ``ZCARD``.
+- **drop**: deletes a dead letter's hash and its ``T:dead`` member; the update guard
+  record stays.
+- **read** (the operator's reads, ``inbox_read.lua``): ``get`` one hash; ``entries``
+  merges ``T:live`` (or one ``T:k:<okey>``) and ``T:dead`` by seq from a cursor, each call
+  reading at most :data:`ENTRIES_BUDGET` members of each, so a listing is a few bounded
+  scripts (read on from the cursor), never a scan of the keyspace; in-flight entries
+  (at most one per ordering key) are read from ``T:a:in_flight``. ``stats`` is O(1):
+  the size and first score of each ``T:a:<status>``. Entries written by a version
+  before those sets are not in them: ``stats`` then rebuilds the sets once from
+  ``T:live`` and ``T:dead`` (one walk of every entry: about 0.8 s of Redis time for
+  100,000 entries). ``backlog`` is one script over the ordering keys of ``T:ready`` and
+  ``T:wait`` and their ``T:k:…``, about 3.5 µs of Redis time per live entry (0.36 s for
+  100,000 in 1,000 chats).
 
 Round trips: every call is ONE ``EVALSHA`` (``depth``: one ``ZCARD``), on a single node
 and on a cluster alike; ``admit_many`` admits the whole batch in one script.
@@ -90,9 +107,14 @@ from telegram_idem.backends.redis._keys import UPDATE_KEY
 from telegram_idem.backends.redis._scripts import SCRIPTS, Script, absent, ms, text
 from telegram_idem.backends.redis._url import RedisClient
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
+from telegram_idem.ledger import check_limit
 
-__all__ = ["RedisInbox"]
+__all__ = ["ENTRIES_BUDGET", "RedisInbox"]
+
+ENTRIES_BUDGET = 500
+"""Most members of each sorted set one ``entries`` script reads (a listing is several
+scripts when the entries it wants are sparse)."""
 
 _FIXED = ("seq", "live", "ready", "wait", "dead")
 """The inbox keys every script declares, in ``KEYS[1..5]`` order."""
@@ -102,10 +124,12 @@ _TAKE = SCRIPTS["inbox_take"]
 _HELD = SCRIPTS["inbox_held"]
 _REDRIVE = SCRIPTS["inbox_redrive"]
 _DEAD_LETTERS = SCRIPTS["inbox_dead_letters"]
+_DROP = SCRIPTS["inbox_drop"]
+_READ = SCRIPTS["inbox_read"]
 
 
 def _entry(row: Sequence[Any]) -> InboxEntry:
-    eid, seq, okey, payload, status, attempts, token, avail, lease, err = row
+    eid, seq, okey, payload, status, attempts, token, avail, lease, err, adm = row
     return InboxEntry(
         id=text(eid),
         seq=int(seq),
@@ -117,6 +141,7 @@ def _entry(row: Sequence[Any]) -> InboxEntry:
         available_at=int(avail) / 1000,
         lease_expires_at=int(lease) / 1000,
         last_error=None if absent(err) else text(err),
+        admitted_at=int(adm) / 1000,
     )
 
 
@@ -223,3 +248,46 @@ class RedisInbox(Inbox):
             return int(await client.zcard(live))
 
         return await connection.call("inbox.depth", lambda: connection.execute(count))
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        row = await self._script("get", _READ, ["get", entry_id.encode()])
+        return None if absent(row) else _entry(row)
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        check_limit(limit)
+        wanted = "" if status is None else EntryStatus(status).value
+        okey = b"" if ordering_key is None else ordering_key.encode()
+        out: list[InboxEntry] = []
+        after = "0"
+        while True:
+            want = min(limit - len(out), ENTRIES_BUDGET)
+            args = ["entries", wanted, okey, after, str(want), str(ENTRIES_BUDGET)]
+            cursor, done, *rows = await self._script("entries", _READ, args)
+            out += [_entry(r) for r in rows]
+            if len(out) >= limit or int(done):
+                return out
+            after = text(cursor)
+
+    async def drop(self, entry_id: str) -> bool:
+        return bool(await self._script("drop", _DROP, [entry_id.encode()]))
+
+    async def stats(self) -> InboxStats:
+        now, *flat = await self._script("stats", _READ, ["stats"])
+        counts = dict.fromkeys(EntryStatus, 0)
+        oldest: dict[EntryStatus, float] = {}
+        for i in range(0, len(flat), 3):
+            status = EntryStatus(text(flat[i]))
+            counts[status] = int(flat[i + 1])
+            oldest[status] = int(flat[i + 2]) / 1000
+        return InboxStats(counts=counts, oldest_admitted_at=oldest, now=int(now) / 1000)
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        check_limit(limit)
+        rows = await self._script("backlog", _READ, ["backlog", str(limit)])
+        return [UnitBacklog(text(k), int(p), int(f), int(adm) / 1000) for k, p, f, adm in rows]

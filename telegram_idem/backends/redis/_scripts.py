@@ -32,7 +32,8 @@ result|nil, attempts}``; token-checked writes answer ``1`` (done) or ``0`` (not 
 
 Scripts (:data:`SCRIPTS`, by name): ``claim``, ``complete``, ``fail``, ``release``,
 ``extend``, ``get``, ``now`` (the records) and ``inbox_admit``, ``inbox_take``,
-``inbox_held``, ``inbox_redrive``, ``inbox_dead_letters`` (the inbox, see
+``inbox_held``, ``inbox_redrive``, ``inbox_dead_letters``, ``inbox_drop``,
+``inbox_read`` (the inbox, see
 :mod:`telegram_idem.backends.redis._inbox`), ``outbox_enqueue``, ``outbox_take``,
 ``outbox_held``, ``outbox_admin``, ``outbox_read`` (the outbox, see
 :mod:`telegram_idem.backends.redis._outbox`) and ``flood_reserve``, ``flood_gate`` (the
@@ -128,6 +129,8 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "inbox_held": (*_INBOX, "inbox_held.lua"),
     "inbox_redrive": (*_INBOX, "inbox_redrive.lua"),
     "inbox_dead_letters": (*_INBOX, "inbox_dead_letters.lua"),
+    "inbox_drop": (*_INBOX, "inbox_drop.lua"),
+    "inbox_read": (*_INBOX, "inbox_read.lua"),
     "outbox_enqueue": (*_OUTBOX, "outbox_enqueue.lua"),
     "outbox_take": (*_OUTBOX, "outbox_take.lua"),
     "outbox_held": (*_OUTBOX, "outbox_held.lua"),

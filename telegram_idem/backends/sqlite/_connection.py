@@ -19,6 +19,7 @@ from telegram_idem.backends.sqlite._schema import (
     OUTBOX_SCHEMA,
     RECORDS_SCHEMA,
     RecordRows,
+    upgrade_inbox,
 )
 from telegram_idem.errors import StoreError
 
@@ -214,6 +215,7 @@ def _set_up(conn: sqlite3.Connection, *, deadline: float) -> None:
                 LEDGER_SCHEMA,
             ):
                 conn.executescript(script)
+            upgrade_inbox(conn)  # a file from before admitted_at
             return
         except sqlite3.OperationalError as exc:
             text = str(exc).lower()

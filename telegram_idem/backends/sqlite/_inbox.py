@@ -16,7 +16,8 @@ from telegram_idem import _inbox_logic as logic
 from telegram_idem._text import storable_text
 from telegram_idem.backends.sqlite._connection import SQLiteConnection
 from telegram_idem.backends.sqlite._schema import RecordRows
-from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, NewEntry
+from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
+from telegram_idem.ledger import check_limit
 
 __all__ = ["SQLiteInbox"]
 
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 _COLUMNS = (
     "id, seq, ordering_key, payload, status, attempts, token, available_at, "
-    "lease_expires_at, last_error"
+    "lease_expires_at, last_error, admitted_at"
 )
 # The head of each live ordering key, if it is takeable: oldest first.
 _TAKE = f"""
@@ -40,10 +41,29 @@ _HELD = "id = :id AND token = :token AND status = 'in_flight'"
 
 
 def _entry(row: tuple[Any, ...]) -> InboxEntry:
-    eid, seq, key, payload, status, attempts, token, avail, lease, err = row
+    eid, seq, key, payload, status, attempts, token, avail, lease, err, admitted = row
     return InboxEntry(
-        eid, seq, key, payload, EntryStatus(status), attempts, token, avail, lease, err
+        eid, seq, key, payload, EntryStatus(status), attempts, token, avail, lease, err, admitted
     )
+
+
+def _listing(status: EntryStatus | None, key: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The statement of :meth:`SQLiteInbox.entries` (its last parameter the limit), each
+    read in ``seq`` order from an index: one status from ``idem_inbox_status``, one
+    ordering key's live entries from ``idem_inbox_heads``; everything by ``seq``."""
+    select = f"SELECT {_COLUMNS} FROM idem_inbox"
+    if key is None:
+        if status is None:
+            return f"{select} ORDER BY seq LIMIT ?", ()
+        return f"{select} WHERE status = ? ORDER BY seq LIMIT ?", (EntryStatus(status).value,)
+    live = f"{select} WHERE ordering_key = ? AND status != 'dead'"
+    dead = f"{select} WHERE status = 'dead' AND ordering_key = ?"
+    if status is None:
+        both = f"SELECT * FROM ({live}) UNION ALL SELECT * FROM ({dead})"
+        return f"SELECT * FROM ({both}) ORDER BY seq LIMIT ?", (key, key)
+    if EntryStatus(status) is EntryStatus.DEAD:
+        return f"{dead} ORDER BY seq LIMIT ?", (key,)
+    return f"{live} AND status = ? ORDER BY seq LIMIT ?", (key, EntryStatus(status).value)
 
 
 class SQLiteInbox(Inbox):
@@ -77,8 +97,8 @@ class SQLiteInbox(Inbox):
         records.write(record)
         conn.execute(
             "INSERT OR REPLACE INTO idem_inbox (id, ordering_key, payload, status, attempts, token, "
-            "available_at, lease_expires_at) VALUES (?, ?, ?, 'pending', 0, 0, ?, 0)",
-            (entry.update_key, logic.ordering_unit(entry), entry.payload, now),
+            "available_at, lease_expires_at, admitted_at) VALUES (?, ?, ?, 'pending', 0, 0, ?, 0, ?)",
+            (entry.update_key, logic.ordering_unit(entry), entry.payload, now, now),
         )
         return True
 
@@ -166,3 +186,64 @@ class SQLiteInbox(Inbox):
             return row[0]
 
         return await self._read("depth", count)
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        row = await self._read(
+            "get",
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM idem_inbox WHERE id = ?", (entry_id,)
+            ).fetchone(),
+        )
+        return None if row is None else _entry(row)
+
+    async def entries(
+        self,
+        *,
+        status: EntryStatus | None = None,
+        ordering_key: str | None = None,
+        limit: int = 100,
+    ) -> list[InboxEntry]:
+        check_limit(limit)
+        sql, args = _listing(status, ordering_key)
+        rows = await self._read("entries", lambda c: c.execute(sql, (*args, limit)).fetchall())
+        return [_entry(r) for r in rows]
+
+    async def drop(self, entry_id: str) -> bool:
+        def body(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(
+                "DELETE FROM idem_inbox WHERE id = ? AND status = 'dead'", (entry_id,)
+            )
+            return cur.rowcount == 1
+
+        return await self._write("drop", body)
+
+    async def stats(self) -> InboxStats:
+        def read(conn: sqlite3.Connection) -> InboxStats:
+            # One statement, one snapshot; the clock is read beside it.
+            rows = conn.execute(
+                "SELECT status, COUNT(*), MIN(admitted_at) FROM idem_inbox GROUP BY status"
+            ).fetchall()
+            counts = dict.fromkeys(EntryStatus, 0)
+            oldest: dict[EntryStatus, float] = {}
+            for status, n, admitted in rows:
+                counts[EntryStatus(status)] = n
+                oldest[EntryStatus(status)] = admitted
+            return InboxStats(counts=counts, oldest_admitted_at=oldest, now=self._db.clock())
+
+        return await self._read("stats", read)
+
+    async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
+        check_limit(limit)
+
+        def read(conn: sqlite3.Connection) -> list[UnitBacklog]:
+            # The live entries only, through the partial index idem_inbox_heads.
+            rows = conn.execute(
+                "SELECT ordering_key, SUM(status = 'pending'), SUM(status = 'in_flight'), "
+                "MIN(admitted_at) FROM idem_inbox INDEXED BY idem_inbox_heads "
+                "WHERE status != 'dead' GROUP BY ordering_key "
+                "ORDER BY COUNT(*) DESC, MIN(admitted_at) LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [UnitBacklog(k, int(p), int(f), float(a)) for k, p, f, a in rows]
+
+        return await self._read("backlog", read)

@@ -15,6 +15,7 @@ __all__ = [
     "OUTBOX_SCHEMA",
     "RECORDS_SCHEMA",
     "RecordRows",
+    "upgrade_inbox",
 ]
 
 RECORDS_SCHEMA = """
@@ -43,12 +44,44 @@ CREATE TABLE IF NOT EXISTS idem_inbox (
     token INTEGER NOT NULL,
     available_at REAL NOT NULL,
     lease_expires_at REAL NOT NULL,
-    last_error TEXT
+    last_error TEXT,
+    admitted_at REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS idem_inbox_heads ON idem_inbox (ordering_key, seq)
     WHERE status != 'dead';
+CREATE INDEX IF NOT EXISTS idem_inbox_status ON idem_inbox (status, seq);
 """
-"""The durable inbox's entries."""
+"""The durable inbox's entries (``admitted_at``: seconds since the epoch on the store's
+clock, ``0`` for an entry admitted before the column existed; :func:`upgrade_inbox` adds
+it to a file made by an older version). ``idem_inbox_status`` serves the operator's
+listings by status, oldest first."""
+
+
+def upgrade_inbox(conn: sqlite3.Connection) -> bool:
+    """Add ``admitted_at`` to an ``idem_inbox`` table made before it existed.
+
+    Runs on every open, after :data:`INBOX_SCHEMA`: a read of the table's columns, and
+    ``ALTER TABLE idem_inbox ADD COLUMN admitted_at REAL NOT NULL DEFAULT 0`` only when
+    the column is missing (another connection adding it first is fine).
+
+    Returns:
+        ``True`` if this call added the column.
+
+    Raises:
+        sqlite3.OperationalError: from SQLite ("database is locked": another connection
+            holds the write lock the ``ALTER`` needs).
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(idem_inbox)")}
+    if "admitted_at" in columns:
+        return False
+    try:
+        conn.execute("ALTER TABLE idem_inbox ADD COLUMN admitted_at REAL NOT NULL DEFAULT 0")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" in str(exc).lower():
+            return False  # another connection upgraded the file in between
+        raise
+    return True
+
 
 OUTBOX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS idem_outbox (

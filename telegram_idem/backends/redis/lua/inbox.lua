@@ -1,5 +1,5 @@
 -- After record.lua: the inbox helpers every inbox script starts with (key names,
--- load_entry, due_at, place, entry_reply). Layout: telegram_idem/backends/redis/_inbox.py.
+-- load_entry, mark, due_at, place, entry_reply). Layout: telegram_idem/backends/redis/_inbox.py.
 -- KEYS[1..5]: T:seq, T:live, T:ready, T:wait, T:dead (one slot).
 -- ARGV[1]: now_ms|''; ARGV[2]: T: (the inbox key base, with the trailing colon).
 local K_SEQ, K_LIVE, K_READY, K_WAIT, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -16,13 +16,33 @@ end
 
 local function load_entry(id)
   local v = redis.call('HMGET', ekey(id), 'seq', 'okey', 'status', 'attempts', 'token',
-                       'avail', 'lease')
+                       'avail', 'lease', 'adm')
   if not v[1] then
     return nil
   end
+  -- adm (admitted_at, ms) is absent from entries admitted before it was recorded: 0
   return {id = id, seq = tonumber(v[1]), okey = v[2], status = v[3],
           attempts = tonumber(v[4]), token = tonumber(v[5]), avail = tonumber(v[6]),
-          lease = tonumber(v[7])}
+          lease = tonumber(v[7]), adm = tonumber(v[8] or '0')}
+end
+
+-- T:a:<status>: the entries of each status by admission time (adm, ms), for stats.
+local STATUSES = {'pending', 'in_flight', 'dead'}
+
+local function akey(status)
+  return BASE .. 'a:' .. status
+end
+
+-- File entry id under status (scored adm), out of the other statuses; status nil: out
+-- of all of them (the entry is gone).
+local function mark(id, status, adm)
+  for _, s in ipairs(STATUSES) do
+    if s == status then
+      redis.call('ZADD', akey(s), fmt(adm), id)
+    else
+      redis.call('ZREM', akey(s), id)
+    end
+  end
 end
 
 -- When a live entry becomes takeable: a pending one when due, an in-flight one when its
@@ -59,11 +79,12 @@ local function place(okey)
     -- an id whose entry hash is gone (deleted by hand): forget it
     redis.call('ZREM', kkey(okey), head[1])
     redis.call('ZREM', K_LIVE, head[1])
+    mark(head[1], nil, 0)
   end
 end
 
 local function entry_reply(e)
   local v = redis.call('HMGET', ekey(e.id), 'payload', 'err')
   return {e.id, e.seq, e.okey, v[1], e.status, e.attempts, e.token, e.avail, e.lease,
-          v[2] or false}
+          v[2] or false, e.adm}
 end

@@ -29,9 +29,10 @@ for i = 6, #KEYS do
     local seq = redis.call('INCR', K_SEQ)
     redis.call('HSET', ekey(id), 'seq', fmt(seq), 'okey', okey, 'payload', payload,
                'status', 'pending', 'attempts', '0', 'token', fmt(token),
-               'avail', fmt(now), 'lease', '0')
+               'avail', fmt(now), 'lease', '0', 'adm', fmt(now))
     redis.call('ZADD', kkey(okey), fmt(seq), id)
     redis.call('ZADD', K_LIVE, fmt(seq), id)
+    mark(id, 'pending', now)
     place(okey)
     out[#out + 1] = 1
   else

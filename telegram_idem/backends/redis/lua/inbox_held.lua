@@ -12,17 +12,20 @@ if op == 'ack' then
   redis.call('DEL', ekey(id))
   redis.call('ZREM', kkey(e.okey), id)
   redis.call('ZREM', K_LIVE, id)
+  mark(id, nil, 0)
 elseif op == 'retry' then
   redis.call('HSET', ekey(id), 'status', 'pending', 'avail', fmt(now + tonumber(ARGV[6])),
              'lease', '0', 'err', ARGV[7])
   if ARGV[8] == '1' and e.attempts > 0 then
     redis.call('HSET', ekey(id), 'attempts', fmt(e.attempts - 1))
   end
+  mark(id, 'pending', e.adm)
 elseif op == 'bury' then
   redis.call('HSET', ekey(id), 'status', 'dead', 'err', ARGV[7])
   redis.call('ZREM', kkey(e.okey), id)
   redis.call('ZREM', K_LIVE, id)
   redis.call('ZADD', K_DEAD, fmt(e.seq), id)
+  mark(id, 'dead', e.adm)
 elseif op == 'extend' then
   redis.call('HSET', ekey(id), 'lease', fmt(now + tonumber(ARGV[6])))
 else

@@ -11,5 +11,6 @@ redis.call('HSET', ekey(id), 'status', 'pending', 'attempts', '0', 'avail', fmt(
 redis.call('ZREM', K_DEAD, id)
 redis.call('ZADD', kkey(e.okey), seq, id)
 redis.call('ZADD', K_LIVE, seq, id)
+mark(id, 'pending', e.adm)
 place(e.okey)
 return 1

@@ -22,6 +22,7 @@ while true do
     e.lease = now + lease
     redis.call('HSET', ekey(e.id), 'status', e.status, 'attempts', fmt(e.attempts),
                'token', fmt(e.token), 'lease', fmt(e.lease))
+    mark(e.id, 'in_flight', e.adm)
     place(okey)
     return entry_reply(e)
   end
