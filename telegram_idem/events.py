@@ -136,7 +136,11 @@ _failed: set[int] = set()  # id() of subscribed hooks that raised (logged once)
 
 class Subscription:
     """What :func:`subscribe` returns: call it (or leave its ``with`` block) to
-    unsubscribe. Unsubscribing twice does nothing."""
+    unsubscribe. Unsubscribing twice does nothing.
+
+    Args:
+        hook: the subscribed hook.
+    """
 
     __slots__ = ("_hook",)
 
@@ -192,13 +196,21 @@ def subscribe(hook: Hook) -> Subscription:
 
 def listening(level: int = logging.INFO) -> bool:
     """Whether an event of ``level`` would reach anyone: a hook is subscribed, or the
-    decision logger is on for ``level``. The one check on the hot path."""
+    decision logger is on for ``level``. The one check on the hot path.
+
+    Args:
+        level: the event's log level (``logging.INFO``, …).
+    """
     return bool(_hooks) or decision_logger.isEnabledFor(level)
 
 
 def emit(event: DecisionEvent) -> None:
     """Give ``event`` to the default subscriber (the decision log record), then to each
-    hook in subscription order. Never raises for a hook's failure."""
+    hook in subscription order. Never raises for a hook's failure.
+
+    Args:
+        event: the decision event.
+    """
     if decision_logger.isEnabledFor(event.level):
         _log_record(event)
     for hook in _hooks:

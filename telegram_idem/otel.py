@@ -47,7 +47,11 @@ _SCOPE = "telegram_idem"
 
 def event_attributes(event: DecisionEvent) -> dict[str, AttributeValue]:
     """The span-event attributes of ``event`` (see the module docstring); ``None``
-    values are left out."""
+    values are left out.
+
+    Args:
+        event: the decision event.
+    """
     values: dict[str, AttributeValue | None] = {
         "idem.boundary": event.boundary,
         "idem.decision": event.decision,

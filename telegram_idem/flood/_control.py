@@ -73,6 +73,12 @@ class FloodControl:
     ) -> FloodControl:
         """Flood control over ``store``'s own budget (``store.flood_budget()``).
 
+        Args:
+            store: the store (one with the flood-budget ability).
+            bot_id: the bot whose calls are paced.
+            limits: the limits; ``None``: Telegram's, with headroom.
+            keys: the key builder; ``None``: ``KeyBuilder()``.
+
         Raises:
             ConfigurationError: ``store`` keeps no flood budget.
         """
@@ -80,7 +86,11 @@ class FloodControl:
 
     def key(self, scope: str) -> str:
         """The store key of one of this bot's budgets (``"pause"``, ``"global"``,
-        ``"chat:<id>"``)."""
+        ``"chat:<id>"``).
+
+        Args:
+            scope: the budget's scope: ``"pause"``, ``"global"``, ``"chat:<id>"``.
+        """
         return self.keys.flood(self.bot_id, scope)
 
     async def wait_turn(

@@ -100,7 +100,11 @@ class InboxStats:
 
     def oldest_age(self, status: EntryStatus) -> float:
         """Seconds the oldest entry in ``status`` has waited since admission (``0.0`` if
-        there is none)."""
+        there is none).
+
+        Args:
+            status: the status looked at.
+        """
         admitted = self.oldest_admitted_at.get(status)
         return 0.0 if admitted is None else max(self.now - admitted, 0.0)
 
@@ -146,6 +150,14 @@ class Inbox(abc.ABC):
         """:meth:`admit` for a batch (a getUpdates answer), answers in order.
 
         Stores override this to admit the whole batch in one round trip.
+
+        Args:
+            entries: the updates, in ``getUpdates`` order.
+            retention: seconds the update guard remembers each update id.
+
+        Raises:
+            ConfigurationError: an entry the store cannot admit (Redis Cluster: a key that
+                is not an update guard key).
         """
         return [await self.admit(e, retention=retention) for e in entries]
 
@@ -159,7 +171,11 @@ class Inbox(abc.ABC):
 
     @abc.abstractmethod
     async def ack(self, entry: InboxEntry) -> bool:
-        """Done: remove the entry. ``False`` if ``entry.token`` no longer holds it."""
+        """Done: remove the entry. ``False`` if ``entry.token`` no longer holds it.
+
+        Args:
+            entry: the entry as taken (its ``token`` must still hold it).
+        """
 
     @abc.abstractmethod
     async def retry(
@@ -178,19 +194,37 @@ class Inbox(abc.ABC):
 
     @abc.abstractmethod
     async def bury(self, entry: InboxEntry, *, error: str) -> bool:
-        """Make the entry a dead letter. ``False`` if not held."""
+        """Make the entry a dead letter. ``False`` if not held.
+
+        Args:
+            entry: the entry as taken (its ``token`` must still hold it).
+            error: why, as text (kept as ``last_error``).
+        """
 
     @abc.abstractmethod
     async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
-        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held."""
+        """Heartbeat: the lease ends ``lease`` seconds from now. ``False`` if not held.
+
+        Args:
+            entry: the entry as taken (its ``token`` must still hold it).
+            lease: seconds from now the lease ends.
+        """
 
     @abc.abstractmethod
     async def dead_letters(self, *, limit: int = 100) -> list[InboxEntry]:
-        """Dead letters, oldest first."""
+        """Dead letters, oldest first.
+
+        Args:
+            limit: most entries returned.
+        """
 
     @abc.abstractmethod
     async def redrive(self, entry_id: str) -> bool:
-        """Put the dead letter ``entry_id`` back (attempts reset). ``False`` if none."""
+        """Put the dead letter ``entry_id`` back (attempts reset). ``False`` if none.
+
+        Args:
+            entry_id: the dead letter's id (its update guard key).
+        """
 
     @abc.abstractmethod
     async def depth(self) -> int:
@@ -200,7 +234,11 @@ class Inbox(abc.ABC):
 
     @abc.abstractmethod
     async def get(self, entry_id: str) -> InboxEntry | None:
-        """The entry ``entry_id`` (an update guard key) in any status, or ``None``."""
+        """The entry ``entry_id`` (an update guard key) in any status, or ``None``.
+
+        Args:
+            entry_id: the entry's id (its update guard key).
+        """
 
     @abc.abstractmethod
     async def entries(
@@ -227,7 +265,11 @@ class Inbox(abc.ABC):
     async def drop(self, entry_id: str) -> bool:
         """Delete the dead letter ``entry_id`` for good. Its update guard record stays,
         so a redelivery of that update is still a duplicate. ``False`` if there is no
-        dead letter by that id (a live entry is never dropped)."""
+        dead letter by that id (a live entry is never dropped).
+
+        Args:
+            entry_id: the dead letter's id (its update guard key).
+        """
 
     @abc.abstractmethod
     async def stats(self) -> InboxStats:
@@ -238,6 +280,9 @@ class Inbox(abc.ABC):
     async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
         """The ordering units that have live entries, the most entries first (ties: the
         oldest first), at most ``limit``: "pending per chat".
+
+        Args:
+            limit: most units returned (≥ 1).
 
         Raises:
             ValueError: ``limit`` < 1.

@@ -82,6 +82,12 @@ class TelegramDelivery(_Sender):
 
         Two distinct updates meaning one action: an update guard passes both, only an action
         key collapses them, and both callback queries still need ``answerCallbackQuery``.
+
+        Args:
+            callback_update: the first tap (a callback query update).
+            new_update_id: the second tap's ``update_id``; default the first's + 1.
+            new_callback_query_id: the second tap's ``callback_query.id``; default the
+                first's + 1.
         """
         second = make_double_tap(
             callback_update, new_update_id, new_callback_query_id=new_callback_query_id

@@ -166,7 +166,11 @@ class RedisInbox(Inbox):
         return f"RedisInbox({self.connection.label})"
 
     def key(self, name: str) -> str:
-        """The Redis key ``T:<name>`` (``seq``, ``live``, ``e:<id>``, ``k:<okey>``…)."""
+        """The Redis key ``T:<name>`` (``seq``, ``live``, ``e:<id>``, ``k:<okey>``…).
+
+        Args:
+            name: the key's name inside the inbox (``seq``, ``live``, ``e:<id>``…).
+        """
         return f"{self.base}{name}"
 
     async def _script(
