@@ -127,6 +127,10 @@ class JoinsTransactions(Protocol):
     def joined(self, conn: object) -> JoinedRecords:
         """The record primitives on ``conn``, inside its open transaction.
 
+        Args:
+            conn: the bot's own open connection or session (sqlite3 / aiosqlite, asyncpg,
+                SQLAlchemy).
+
         Raises:
             ConfigurationError: ``conn`` is of a kind the store cannot join, or is
                 connected to another database than the store's.
@@ -204,6 +208,10 @@ class Browsable(Protocol):
         """How many records :meth:`delete_records` would delete for ``prefix`` (every
         stored record under it, live or past retention), or with ``expired`` only
         those past retention (what ``purge()`` deletes).
+
+        Args:
+            prefix: the key prefix (``""``: every key).
+            expired: count only the records past retention.
 
         Raises:
             StoreError: the store could not answer.
@@ -290,32 +298,55 @@ def _has(store: object, ability: type, name: str) -> bool:
 
 def has_inbox(store: object) -> bool:
     """True if ``store.inbox()`` returns an inbox: ``store`` is a :class:`HasInbox` whose
-    ``inbox`` is not a stand-in marked :func:`absent` (the base ``Store.inbox``)."""
+    ``inbox`` is not a stand-in marked :func:`absent` (the base ``Store.inbox``).
+
+    Args:
+        store: any object (a store, or not).
+    """
     return _has(store, HasInbox, "inbox")
 
 
 def has_outbox(store: object) -> bool:
-    """True if ``store.outbox()`` returns an outbox (as :func:`has_inbox`)."""
+    """True if ``store.outbox()`` returns an outbox (as :func:`has_inbox`).
+
+    Args:
+        store: any object (a store, or not).
+    """
     return _has(store, HasOutbox, "outbox")
 
 
 def has_flood_budget(store: object) -> bool:
-    """True if ``store.flood_budget()`` returns a budget (as :func:`has_inbox`)."""
+    """True if ``store.flood_budget()`` returns a budget (as :func:`has_inbox`).
+
+    Args:
+        store: any object (a store, or not).
+    """
     return _has(store, HasFloodBudget, "flood_budget")
 
 
 def has_ledger(store: object) -> bool:
-    """True if ``store.ledger()`` returns a ledger (as :func:`has_inbox`)."""
+    """True if ``store.ledger()`` returns a ledger (as :func:`has_inbox`).
+
+    Args:
+        store: any object (a store, or not).
+    """
     return _has(store, HasLedger, "ledger")
 
 
 def joins_transactions(store: object) -> bool:
-    """True if ``store.joined(conn)`` can join a transaction (as :func:`has_inbox`)."""
+    """True if ``store.joined(conn)`` can join a transaction (as :func:`has_inbox`).
+
+    Args:
+        store: any object (a store, or not).
+    """
     return _has(store, JoinsTransactions, "joined")
 
 
 def ledger_of(store: object) -> Ledger:
     """``store.ledger()``, asked through :class:`HasLedger`.
+
+    Args:
+        store: any object (a store, or not).
 
     Raises:
         ConfigurationError: ``store`` has no effect ledger (the message names it).
@@ -328,6 +359,10 @@ def ledger_of(store: object) -> Ledger:
 
 def joined_of(store: object, conn: object) -> JoinedRecords:
     """``store.joined(conn)``, asked through :class:`JoinsTransactions`.
+
+    Args:
+        store: any object (a store, or not).
+        conn: the bot's own open connection or session.
 
     Raises:
         ConfigurationError: ``store`` cannot join a transaction (its records live
@@ -342,6 +377,9 @@ def joined_of(store: object, conn: object) -> JoinedRecords:
 def outbox_of(store: object) -> Outbox:
     """``store.outbox()``, asked through :class:`HasOutbox`.
 
+    Args:
+        store: any object (a store, or not).
+
     Raises:
         ConfigurationError: ``store`` has no outbox (the message names it and the ability).
     """
@@ -353,6 +391,9 @@ def outbox_of(store: object) -> Outbox:
 
 def flood_budget_of(store: object) -> FloodBudget:
     """``store.flood_budget()``, asked through :class:`HasFloodBudget`.
+
+    Args:
+        store: any object (a store, or not).
 
     Raises:
         ConfigurationError: ``store`` keeps no flood budget (the message names it).
@@ -366,6 +407,9 @@ def flood_budget_of(store: object) -> FloodBudget:
 def inbox_of(store: object) -> Inbox:
     """``store.inbox()``, asked through :class:`HasInbox`.
 
+    Args:
+        store: any object (a store, or not).
+
     Raises:
         ConfigurationError: ``store`` has no inbox (the message names it and the ability).
     """
@@ -378,6 +422,9 @@ def inbox_of(store: object) -> Inbox:
 def as_migratable(store: object) -> Migratable:
     """``store`` as a :class:`Migratable`.
 
+    Args:
+        store: any object (a store, or not).
+
     Raises:
         ConfigurationError: ``store`` has no ``migrate()`` (the message names it).
     """
@@ -388,6 +435,9 @@ def as_migratable(store: object) -> Migratable:
 
 def as_purgeable(store: object) -> Purgeable:
     """``store`` as a :class:`Purgeable`.
+
+    Args:
+        store: any object (a store, or not).
 
     Raises:
         ConfigurationError: ``store`` has no ``purge()`` (the message names it).
@@ -400,6 +450,9 @@ def as_purgeable(store: object) -> Purgeable:
 def as_browsable(store: object) -> Browsable:
     """``store`` as a :class:`Browsable`.
 
+    Args:
+        store: any object (a store, or not).
+
     Raises:
         ConfigurationError: ``store`` cannot list or delete records by key prefix (the
             message names it and the ability).
@@ -411,6 +464,9 @@ def as_browsable(store: object) -> Browsable:
 
 def as_checkable(store: object) -> Checkable:
     """``store`` as a :class:`Checkable`.
+
+    Args:
+        store: any object (a store, or not).
 
     Raises:
         ConfigurationError: ``store`` has no ``health()`` (the message names it).
