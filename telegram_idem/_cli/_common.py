@@ -55,6 +55,7 @@ __all__ = [
     "as_mapping",
     "fail",
     "json_option",
+    "limit_option",
     "open_store",
     "progress",
     "redact_text",
@@ -119,6 +120,18 @@ def store_option(func: F) -> F:
 def store_argument(func: F) -> F:
     """A positional ``URL`` (or ``IDEM_STORE_URL``), given to the command as ``store_url``."""
     return click.argument("store_url", metavar="URL", envvar=STORE_ENV, required=True)(func)
+
+
+def limit_option(help: str, *, default: int = 100) -> Callable[[F], F]:
+    """``--limit N`` (an integer ≥ 1, ``default`` when absent), given as ``limit``."""
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=True,
+        metavar="N",
+        help=help,
+    )
 
 
 def json_option(func: F) -> F:

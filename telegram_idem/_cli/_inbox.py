@@ -40,6 +40,7 @@ from telegram_idem._cli._common import (
     Output,
     fail,
     json_option,
+    limit_option,
     open_store,
     progress,
     run,
@@ -237,13 +238,7 @@ def stats_command(store_url: str, as_json: bool, top: int) -> None:
     help="Only this chat's entries: a chat id (42, -100123) or an ordering key "
     "(chat:42, user:7, or an entry id for an update without a chat).",
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Most entries to list.",
-)
+@limit_option("Most entries to list.", default=50)
 def list_command(
     store_url: str, as_json: bool, status: str | None, chat: str | None, limit: int
 ) -> None:

@@ -8,6 +8,7 @@ from telegram_idem._cli._common import (
     Exit,
     Output,
     json_option,
+    limit_option,
     open_store,
     run,
     store_option,
@@ -52,13 +53,7 @@ async def _many(url: str, prefix: str, limit: int, out: Output) -> Exit:
 @click.command()
 @click.argument("key", required=False)
 @click.option("--prefix", metavar="P", help="Every live record whose key starts with P.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Most records --prefix lists (the first in key order).",
-)
+@limit_option("Most records --prefix lists (the first in key order).")
 @store_option
 @json_option
 def inspect(key: str | None, prefix: str | None, limit: int, store_url: str, as_json: bool) -> None:

@@ -35,6 +35,7 @@ from telegram_idem._cli._common import (
     Output,
     fail,
     json_option,
+    limit_option,
     open_store,
     progress,
     run,
@@ -247,14 +248,7 @@ async def _list(
     "parked, pending and in_flight).",
 )
 @_bot_id_option("Only this bot's calls (default: every bot in the store).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    metavar="N",
-    help="At most this many entries.",
-)
+@limit_option("At most this many entries.")
 @store_option
 @json_option
 def list_(

@@ -42,6 +42,7 @@ from telegram_idem._cli._common import (
     as_mapping,
     fail,
     json_option,
+    limit_option,
     open_store,
     run,
     store_option,
@@ -148,14 +149,7 @@ def _short(text: str, width: int = DETAIL_WIDTH) -> str:
     help="The bot's KeyBuilder prefix (Idem(keys=KeyBuilder(prefix=NS)); the default "
     "namespace is 'idem'): only keys in it.",
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    metavar="N",
-    help="At most this many, oldest first.",
-)
+@limit_option("At most this many, oldest first.")
 @store_option
 @json_option
 def list_(

@@ -11,7 +11,7 @@ a prefix longer than the head (200 bytes) then matches only keys stored whole.
 
 from __future__ import annotations
 
-from telegram_idem.errors import ConfigurationError
+from telegram_idem.ledger import check_limit  # one rule for every listing's limit
 
 __all__ = [
     "check_limit",
@@ -34,17 +34,6 @@ def stored_prefix(prefix: str) -> str:
             return prefix
     escaped = prefix.encode("utf-8", "backslashreplace").decode("utf-8")
     return escaped.replace("\x00", "\\x00")
-
-
-def check_limit(limit: int, name: str = "limit") -> int:
-    """``limit`` if it is an integer ≥ 1.
-
-    Raises:
-        ConfigurationError: it is not.
-    """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigurationError(f"{name} must be an integer ≥ 1, got {limit!r}")
-    return limit
 
 
 def like_prefix(prefix: str, escape: str = "\\") -> str:

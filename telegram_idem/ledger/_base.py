@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from telegram_idem._text import storable_text
+from telegram_idem.errors import ConfigurationError
 
 __all__ = ["Ledger", "LedgerEntry", "LedgerState", "check_limit", "check_settle", "storable_text"]
 
@@ -182,14 +183,20 @@ def check_settle(result: bytes | None, not_applied: bool) -> None:
         raise ValueError("settle needs exactly one of result= or not_applied=True")
 
 
-def check_limit(limit: int) -> None:
-    """The argument rule of :meth:`Ledger.entries`.
+def check_limit(limit: int, name: str = "limit") -> int:
+    """The argument rule of every listing's ``limit`` (:meth:`Ledger.entries`, the
+    inbox's operator reads, the stores' browsing): an integer ≥ 1.
 
     Args:
-        limit: the ``limit=`` given to ``entries``.
+        limit: the ``limit=`` given to the listing.
+        name: how the message names the argument.
+
+    Returns:
+        ``limit``.
 
     Raises:
-        ValueError: ``limit`` < 1.
+        ConfigurationError: ``limit`` is not an integer ≥ 1 (a ``ValueError``).
     """
-    if limit < 1:
-        raise ValueError(f"limit must be ≥ 1, got {limit}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"{name} must be an integer ≥ 1, got {limit!r}")
+    return limit

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import MetaData
 
-from telegram_idem._records import Record, Status
+from telegram_idem._records import Record
 from telegram_idem.backends._browse import check_limit, like_prefix, stored_prefix
 from telegram_idem.backends._health import StoreHealth
 from telegram_idem.backends.postgres._connection import PostgresConnection
@@ -27,7 +27,7 @@ from telegram_idem.backends.postgres._schema import (
     outbox_table,
     records_table,
 )
-from telegram_idem.backends.postgres._sql import SERVER_NOW
+from telegram_idem.backends.postgres._sql import SERVER_NOW, record_of
 
 __all__ = ["PostgresBrowsing", "expected_columns"]
 
@@ -57,19 +57,6 @@ def expected_columns(table_prefix: str) -> dict[str, tuple[str, ...]]:
         )
     ]
     return {t.name: tuple(c.name for c in t.columns) for t in tables}
-
-
-def _record(row: Any) -> Record:
-    return Record(
-        key=row["key"],
-        status=Status(row["status"]),
-        fencing_token=row["fencing_token"],
-        lease_expires_at=row["lease_expires_at"],
-        expires_at=row["expires_at"],
-        fingerprint=row["fingerprint"],
-        result=row["result"],
-        attempts=row["attempts"],
-    )
 
 
 class PostgresBrowsing:
@@ -102,7 +89,7 @@ class PostgresBrowsing:
         pattern = like_prefix(stored_prefix(prefix))
 
         async def run(conn: Any) -> list[Record]:
-            return [_record(row) for row in await conn.fetch(sql, pattern, limit, *now_args)]
+            return [record_of(row) for row in await conn.fetch(sql, pattern, limit, *now_args)]
 
         return await self.connection.call("records", run)
 

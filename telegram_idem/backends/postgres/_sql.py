@@ -8,10 +8,12 @@ Every statement fixes "now" once, in the ``c`` CTE: the server's clock
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from telegram_idem._records import Record, Status
 from telegram_idem.backends.postgres._schema import COLUMNS
 
-__all__ = ["NOW_CTE", "SERVER_NOW", "build_records_sql", "now_placeholder"]
+__all__ = ["NOW_CTE", "SERVER_NOW", "build_records_sql", "now_placeholder", "record_of"]
 
 SERVER_NOW = "extract(epoch FROM clock_timestamp())"
 """The server's clock in seconds since the epoch, as SQL (read once per statement)."""
@@ -179,4 +181,19 @@ def build_records_sql(table: str, *, server_clock: bool) -> dict[str, str]:
         _STATEMENTS,
         server_clock=server_clock,
         fields={"table": table, "cols": _COLS, "rcols": _RCOLS},
+    )
+
+
+def record_of(row: Any) -> Record:
+    """The :class:`~telegram_idem._records.Record` of a records-table row (an asyncpg
+    ``Record`` or any mapping with the table's column names)."""
+    return Record(
+        key=row["key"],
+        status=Status(row["status"]),
+        fencing_token=row["fencing_token"],
+        lease_expires_at=row["lease_expires_at"],
+        expires_at=row["expires_at"],
+        fingerprint=row["fingerprint"],
+        result=row["result"],
+        attempts=row["attempts"],
     )

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from telegram_idem import machine
 from telegram_idem._clock import Clock
 from telegram_idem._joined import JoinedRecords
-from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem._records import Claim, Outcome, Record
 from telegram_idem.backends._base import Store
 from telegram_idem.backends._url import redact
 from telegram_idem.backends.postgres._browse import PostgresBrowsing
@@ -28,7 +28,7 @@ from telegram_idem.backends.postgres._joined_records import PostgresJoinedRecord
 from telegram_idem.backends.postgres._ledger import PostgresLedger
 from telegram_idem.backends.postgres._outbox import PostgresOutbox
 from telegram_idem.backends.postgres._schema import DEFAULT_TABLE_PREFIX, create_schema, table_name
-from telegram_idem.backends.postgres._sql import build_records_sql
+from telegram_idem.backends.postgres._sql import build_records_sql, record_of
 from telegram_idem.backends.postgres._url import SCHEMES, parse_store_url, store_options_in
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
 from telegram_idem.flood import FloodBudget
@@ -38,19 +38,6 @@ from telegram_idem.outbox import Outbox
 __all__ = ["PostgresStore"]
 
 _MAX_CLAIM_ROUNDS = 20
-
-
-def _record(row: Any) -> Record:
-    return Record(
-        key=row["key"],
-        status=Status(row["status"]),
-        fencing_token=row["fencing_token"],
-        lease_expires_at=row["lease_expires_at"],
-        expires_at=row["expires_at"],
-        fingerprint=row["fingerprint"],
-        result=row["result"],
-        attempts=row["attempts"],
-    )
 
 
 class PostgresStore(PostgresBrowsing, Store):
@@ -245,7 +232,7 @@ class PostgresStore(PostgresBrowsing, Store):
                 )
             wrote = False
             for row in rows:
-                record = _record(row)
+                record = record_of(row)
                 if row["written"]:
                     answers[record.key] = Claim(Outcome.ACQUIRED, record)
                     wrote = True
@@ -303,7 +290,7 @@ class PostgresStore(PostgresBrowsing, Store):
             return await conn.fetchrow(sql, key, *now)
 
         row = await self.connection.run(run)
-        return None if row is None else _record(row)
+        return None if row is None else record_of(row)
 
     async def _now(self) -> float:
         return await self.connection.now()

@@ -19,16 +19,16 @@ unlinks them (``UNLINK``: freed in the background).
 from __future__ import annotations
 
 import heapq
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from telegram_idem._records import Record, Status
+from telegram_idem._records import Record
 from telegram_idem.backends._browse import check_limit, stored_prefix
 from telegram_idem.backends._health import StoreHealth
 from telegram_idem.backends.redis._connection import RedisConnection
-from telegram_idem.backends.redis._scripts import SCRIPTS, absent, text
+from telegram_idem.backends.redis._scripts import SCRIPTS, absent, record_of, text
 from telegram_idem.backends.redis._url import RedisClient
 
 __all__ = ["RedisBrowsing", "glob_escape"]
@@ -49,20 +49,6 @@ def glob_escape(text: str) -> str:
     for char in ("\\", "*", "?", "[", "]"):
         text = text.replace(char, "\\" + char)
     return text
-
-
-def _record(key: str, row: Sequence[Any]) -> Record:
-    _outcome, status, token, lease_ms, exp_ms, fp, result, attempts = row
-    return Record(
-        key=key,
-        status=Status(text(status)),
-        fencing_token=int(token),
-        lease_expires_at=int(lease_ms) / 1000,
-        expires_at=int(exp_ms) / 1000,
-        fingerprint=None if absent(fp) else text(fp),
-        result=None if absent(result) else bytes(result),
-        attempts=int(attempts),
-    )
 
 
 def _per_node(answer: Any) -> list[Any]:
@@ -142,7 +128,7 @@ class RedisBrowsing:
                 _GET, [[redis_key] for _, redis_key in chosen], [now]
             )
             out = [
-                _record(key, row)
+                record_of(key, row)
                 for (key, _), row in zip(chosen, rows, strict=True)
                 if not absent(row)
             ]

@@ -59,9 +59,10 @@ import redis.exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from telegram_idem._records import Record, Status
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["SCRIPTS", "Script", "absent", "lua_source", "ms", "text"]
+__all__ = ["SCRIPTS", "Script", "absent", "lua_source", "ms", "record_of", "text"]
 
 _LUA = files("telegram_idem.backends.redis").joinpath("lua")
 
@@ -172,3 +173,20 @@ def absent(value: object) -> bool:
 def text(value: bytes | str) -> str:
     """A reply field as text (bytes are UTF-8)."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def record_of(key: str, row: Sequence[Any]) -> Record:
+    """The :class:`~telegram_idem._records.Record` of ``key`` from the reply of the
+    records scripts: ``[outcome, status, token, lease_ms, exp_ms, fingerprint, result,
+    attempts]``."""
+    _outcome, status, token, lease_ms, exp_ms, fp, result, attempts = row
+    return Record(
+        key=key,
+        status=Status(text(status)),
+        fencing_token=int(token),
+        lease_expires_at=int(lease_ms) / 1000,
+        expires_at=int(exp_ms) / 1000,
+        fingerprint=None if absent(fp) else text(fp),
+        result=None if absent(result) else bytes(result),
+        attempts=int(attempts),
+    )

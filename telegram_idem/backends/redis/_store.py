@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from telegram_idem._clock import Clock
-from telegram_idem._records import Claim, Outcome, Record, Status
+from telegram_idem._records import Claim, Outcome, Record
 from telegram_idem.backends._base import Store
 from telegram_idem.backends.redis._browse import RedisBrowsing
 from telegram_idem.backends.redis._connection import RedisConnection, location
@@ -27,7 +27,7 @@ from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
 from telegram_idem.backends.redis._ledger import RedisLedger
 from telegram_idem.backends.redis._outbox import RedisOutbox
-from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, text
+from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, record_of, text
 from telegram_idem.backends.redis._url import SCHEMES, RedisClient, client_from_url
 from telegram_idem.errors import IdemError
 from telegram_idem.flood import FloodBudget
@@ -45,22 +45,8 @@ _GET = SCRIPTS["get"]
 _NOW = SCRIPTS["now"]
 
 
-def _record(key: str, row: Sequence[Any]) -> Record:
-    _outcome, status, token, lease_ms, exp_ms, fp, result, attempts = row
-    return Record(
-        key=key,
-        status=Status(text(status)),
-        fencing_token=int(token),
-        lease_expires_at=int(lease_ms) / 1000,
-        expires_at=int(exp_ms) / 1000,
-        fingerprint=None if absent(fp) else text(fp),
-        result=None if absent(result) else bytes(result),
-        attempts=int(attempts),
-    )
-
-
 def _claim_of(key: str, row: Sequence[Any]) -> Claim:
-    return Claim(Outcome(text(row[0])), _record(key, row))
+    return Claim(Outcome(text(row[0])), record_of(key, row))
 
 
 def _claim_args(
@@ -264,7 +250,7 @@ class RedisStore(RedisBrowsing, Store):
 
     async def _get(self, key: str) -> Record | None:
         row = await self.connection.run(_GET, [self._encode_key(key)], [self.connection.now_arg()])
-        return None if absent(row) else _record(key, row)
+        return None if absent(row) else record_of(key, row)
 
     async def _now(self) -> float:
         if self.connection.clock is not None:
