@@ -108,7 +108,7 @@ async def probe(url: str) -> Probe:
         ConfigurationError: a bad URL, a missing driver, or a store without ``health()``.
         StoreError: the store could not be reached.
     """
-    async with open_store(url) as store:
+    async with open_store(url, must_exist=False) as store:
         health = await as_checkable(store).health()
         found = Probe(repr(store), health, isinstance(store, Migratable))
         if health.missing:

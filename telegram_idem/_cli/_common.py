@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 from collections.abc import (
@@ -143,25 +144,37 @@ def json_option(func: F) -> F:
 
 
 @asynccontextmanager
-async def open_store(url: str, *, allow_memory: bool = False) -> AsyncIterator[Store]:
+async def open_store(
+    url: str, *, allow_memory: bool = False, must_exist: bool = True
+) -> AsyncIterator[Store]:
     """The store at ``url``, closed on the way out (also on Ctrl-C).
 
     Args:
         url: the store URL.
         allow_memory: accept ``memory://`` (a store that lives in one process, so a
             command run from outside sees an empty one); refused by default.
+        must_exist: refuse a ``sqlite:///`` URL whose file does not exist, instead of
+            creating an empty store there (a mistyped path would show an empty inbox).
 
     Raises:
-        ConfigurationError: a bad URL, a missing driver, or ``memory://`` where it is
-            not allowed (exit 4 through :func:`run`).
+        ConfigurationError: a bad URL, a missing driver, ``memory://`` where it is not
+            allowed, or a SQLite file that does not exist (exit 4 through :func:`run`).
     """
-    if not allow_memory and urlsplit(url).scheme.lower() == "memory":
+    scheme = urlsplit(url).scheme.lower()
+    if not allow_memory and scheme == "memory":
         raise ConfigurationError(
             "memory:// lives inside one process: a command run from outside sees an empty "
             "store (give the bot's SQLite, PostgreSQL, Redis or DynamoDB URL)"
         )
     store = store_from_url(url)
     try:
+        path = getattr(store, "path", None)
+        if must_exist and scheme == "sqlite" and isinstance(path, str):
+            if path != ":memory:" and not os.path.exists(path):  # noqa: ASYNC240 (one stat)
+                raise ConfigurationError(
+                    f"no SQLite file at {path} (is the path right? the bot creates it on "
+                    "first use; `telegram-idem check URL` reports on it)"
+                )
         yield store
     finally:
         await store.close()

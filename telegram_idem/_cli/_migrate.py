@@ -24,7 +24,7 @@ __all__ = ["migrate", "tables_of"]
 
 
 async def _migrate(url: str) -> str:
-    async with open_store(url, allow_memory=True) as store:
+    async with open_store(url, allow_memory=True, must_exist=False) as store:
         if not isinstance(store, Migratable):
             scheme = url.split(":", 1)[0]
             return f"{scheme}:// creates its own storage on first use: nothing to migrate"

@@ -13,11 +13,13 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner, Result
@@ -48,6 +50,15 @@ def url_of(request: pytest.FixtureRequest) -> str:
     ``<store>_url_factory``)."""
     factory = request.getfixturevalue(f"{request.param}_url_factory")
     url: str = factory()
+    return existing(url)
+
+
+def existing(url: str) -> str:
+    """``url``, with its SQLite file made (empty) if it is one: the bot has run there
+    (the commands refuse a SQLite path with no file, which is most often a typo)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        sqlite3.connect(parts.path.removeprefix("/")).close()
     return url
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cli.inbox_support import admit, entry_id, invoke, message, run_worker, with_inbox
+from cli.ops_support import existing
 from services import UrlFactory
 
 from telegram_idem._admission import Admission
@@ -30,8 +31,8 @@ STORES = pytest.mark.parametrize("idem_store_name", ["sqlite", "postgres", "redi
 
 @pytest.fixture
 def url(idem_store_url_factory: UrlFactory) -> str:
-    """A new, empty store of the store under test."""
-    return idem_store_url_factory()
+    """A new, empty store of the store under test (a SQLite file exists: the bot ran)."""
+    return existing(idem_store_url_factory())
 
 
 def _json(result: Any) -> Any:
@@ -268,6 +269,18 @@ def test_an_unreachable_store_exits_3(unreachable: str, args: list[str]) -> None
     result = invoke("inbox", *args, "--store", unreachable)
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    "args", [["inbox", "stats"], ["inspect", "k"], ["outbox", "list"], ["purge", "--expired"]]
+)
+def test_a_sqlite_path_with_no_file_exits_4_and_makes_none(tmp_path: Path, args: list[str]) -> None:
+    """A mistyped path must not look like an empty inbox: nothing is created there."""
+    path = tmp_path / "typo.db"
+    result = invoke(*args, "--store", f"sqlite:///{path}")
+    assert result.exit_code == 4, result.output
+    assert "no SQLite file at" in result.stderr
+    assert not path.exists()
 
 
 def test_an_unopenable_sqlite_file_exits_3(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from cli.ops_support import (
     Bot,
     as_json,
     documented_commands,
+    existing,
     holder_killed_in_effect,
     invoke,
     marked,
@@ -362,7 +363,7 @@ async def test_the_documented_command_lines_run(page: str, group: str, tmp_path:
     never a usage error."""
     lines = documented_commands(page, group)
     assert lines
-    url = f"sqlite:///{tmp_path / 'bot.db'}"
+    url = existing(f"sqlite:///{tmp_path / 'bot.db'}")
     for words in lines:
         args = [url if w == "sqlite:///bot.db" else w for w in words]
         result = await invoke(*args, env={"IDEM_STORE_URL": url})
