@@ -97,9 +97,23 @@ def redact_text(text: str) -> str:
     return _URL_PASSWORD.sub(r"\g<head>***\g<at>", text)
 
 
+_PIPED_WIDTH = 1000
+"""Columns a table may use when stdout is not a terminal (and ``COLUMNS`` is unset)."""
+
+_JSON_PRINTED = "telegram_idem.json_printed"
+"""``click.Context.meta`` key: the command printed its JSON document."""
+
+
 def fail(message: str, code: Exit) -> NoReturn:
-    """Print ``error: <message>`` (redacted, one line) on stderr and exit with ``code``."""
+    """Print ``error: <message>`` (redacted, one line) on stderr and exit with ``code``.
+
+    Under ``--json`` stdout still gets its one JSON document: ``{"error": <message>,
+    "exit_code": <code>}`` (unless the command printed its own already), so a script
+    reading stdout never meets an empty answer."""
     line = " ".join(redact_text(message).split())
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.params.get("as_json") and not ctx.meta.get(_JSON_PRINTED):
+        click.echo(json.dumps({"error": line, "exit_code": int(code)}, ensure_ascii=False))
     click.echo(f"error: {line}", err=True)
     sys.exit(int(code))
 
@@ -209,10 +223,17 @@ class Output:
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
         self.console = Console(soft_wrap=True)
+        if not self.console.is_terminal and "COLUMNS" not in os.environ:
+            # Piped into a file or another program: no terminal's width to fit, and a key
+            # or entry id split over lines could not be copied back out.
+            self.console = Console(soft_wrap=True, width=_PIPED_WIDTH)
         self.err = Console(stderr=True, soft_wrap=True)
 
     def json(self, data: object) -> None:
         """Print ``data`` as JSON (keys in order, non-JSON values as text), redacted."""
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            ctx.meta[_JSON_PRINTED] = True
         click.echo(redact_text(json.dumps(data, default=str, ensure_ascii=False, indent=2)))
 
     def show(self, data: object, render: Callable[[], object]) -> None:

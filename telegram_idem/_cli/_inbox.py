@@ -187,7 +187,9 @@ def _stats_render(stats: InboxStats, units: Sequence[UnitBacklog]) -> object:
         [(s.value, stats.counts.get(s, 0), oldest(s)) for s in EntryStatus],
     )
     if not units:
-        return Group(counts, "no live entries: nothing waiting")
+        dead = stats.counts.get(EntryStatus.DEAD, 0)
+        tail = f" ({dead} dead letters: inbox list --status dead)" if dead else ""
+        return Group(counts, f"no pending or in-flight entries: no chat is waiting{tail}")
     rows = [
         (u.ordering_key, u.pending, u.in_flight, _age(stats.now - u.oldest_admitted_at))
         for u in units

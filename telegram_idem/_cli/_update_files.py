@@ -142,6 +142,10 @@ def _decode(text: str, name: str, pos: int) -> tuple[object, int]:
         return _DECODER.raw_decode(text, pos)
     except json.JSONDecodeError as exc:
         raise UpdateFileError(f"{name}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: no update is
+        raise UpdateFileError(
+            f"{_at(name, text, pos)}: nested too deeply to be an update"
+        ) from None
 
 
 def _checked(value: object, name: str, text: str, pos: int) -> Recorded:

@@ -25,9 +25,11 @@ whether the previous take ended with a record. One that did not (the relay died,
 cancelled, between the take and its record) may have sent the call: a ``hold`` entry
 then becomes ``UNKNOWN`` without calling the API; a ``resend`` entry counts the lost
 take as a failed attempt and is sent again. A relay never holds an entry while it waits
-for the flood budget longer than a moment (``min(1 s, lease / 3)``): it hands the entry
-back with a record and a delay, so only a death in the instant between the reservation and
-the request can make a call that was never sent unknown.
+for the flood budget longer than a moment (:data:`HELD_WAIT`, 50 ms, or ``lease / 3`` if
+less): it hands the entry back with a record and a delay, so only a death in that moment or
+in the instant between the reservation and the request can make a call that was never sent
+unknown. (It used to hold waits up to 1 s: under a chat's 1 message/s pacing nearly every
+held call sat in that window, and a ``kill -9`` made them all unknown.)
 
 Log lines (logger ``telegram_idem.outbox``) name the effect key and the method, never the
 token; every outcome is also a decision event (boundary ``"outbox"``, ``handler`` the
@@ -58,6 +60,11 @@ if TYPE_CHECKING:
     from telegram_idem.outbox._transport import BotAPI
 
 __all__ = ["Relay"]
+
+HELD_WAIT = 0.05
+"""Seconds a relay waits for the flood budget while holding an entry; a longer wait hands
+the entry back (with a record and the delay) so a relay that dies meanwhile leaves a call
+known to be unsent, not unknown."""
 
 log = logging.getLogger("telegram_idem.outbox")
 
@@ -209,12 +216,12 @@ class Relay:
             return await self._record(entry, params, answer, verdict, failed, elapsed)
 
     async def _flood_turn(self, entry: OutboxEntry, params: dict[str, Any]) -> float:
-        """Reserve the entry's budgets, waiting here while the wait is short (at most
-        ``lease / 3``, 1 s); a longer wait is returned, to hand the entry back with a
-        record: a relay that died while holding an entry it had not sent would make a
-        ``hold`` call unknown."""
+        """Reserve the entry's budgets, waiting here while the wait is a moment (at most
+        :data:`HELD_WAIT`, or ``lease / 3``); a longer wait is returned, to hand the entry
+        back with a record: a relay that died while holding an entry it had not sent would
+        make a ``hold`` call unknown."""
         assert self.flood is not None
-        short = min(1.0, self.lease / 3)
+        short = min(HELD_WAIT, self.lease / 3)
         waited = 0.0
         while True:
             wait = await self.flood.try_turn(entry.method, params, priority=entry.priority)

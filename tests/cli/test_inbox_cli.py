@@ -56,7 +56,7 @@ def test_an_empty_inbox(url: str) -> None:
     assert stats["counts"] == {"pending": 0, "in_flight": 0, "dead": 0}
     assert stats["oldest_age_seconds"] == {} and stats["backlog"] == []
     shown = invoke("inbox", "stats", "--store", url)
-    assert shown.exit_code == 0 and "nothing waiting" in shown.stdout
+    assert shown.exit_code == 0 and "no chat is waiting" in shown.stdout
     assert _json(invoke("inbox", "list", "--store", url, "--json")) == []
     listed = invoke("inbox", "list", "--status", "dead", "--store", url)
     assert listed.exit_code == 0 and "no entries" in listed.stdout

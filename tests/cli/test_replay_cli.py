@@ -192,6 +192,12 @@ async def test_a_url_nobody_listens_on_exits_3_after_one_update(tmp_path: Path) 
         ('[{"update_id": 1}', "f:1:18", "found the end of the file"),
         ("  \n", "f", "the file is empty"),
         ("[ ]", "f:1:1", "an empty array"),
+        ("[" * 100_000 + "]" * 100_000, "f:1:2", "nested too deeply"),
+        (
+            '{"update_id": 1, "m": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "f:1:1",
+            "nested too deeply",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_with_its_position(text: str, where: str, what: str) -> None:

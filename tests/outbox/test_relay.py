@@ -379,3 +379,25 @@ async def test_a_call_waiting_long_for_the_flood_budget_is_handed_back_never_hel
     done = await other.deliver_unit("chat:1", until_key="b")
     assert done is not None and done.status is CallStatus.DELIVERED
     assert [c["text"] for c in scripted.calls_of("sendMessage")] == ["first", "second"]
+
+
+async def test_a_wait_of_a_chats_pacing_is_handed_back_too(
+    scripted: ScriptedAPI, http: HttpBotAPI
+) -> None:
+    """Under a chat's own pacing (here one message per 0.4 s, shorter than a second) nearly
+    every call waits: a relay that held entries through such waits made every waiting call
+    unknown when it was killed. Anything longer than a moment is handed back."""
+    store = MemoryStore()
+    outbox = store.outbox()
+    paced = Limits(chat=Rate(1, 0.4, burst=1))
+    flood = FloodControl(store.flood_budget(), bot_id=BOT_ID, limits=paced)
+    relay = relay_of(outbox, http, flood=flood, lease=30.0)
+    for key, text in (("a", "first"), ("b", "second")):
+        await outbox.enqueue(new_call(key, "sendMessage", {"chat_id": 1, "text": text}))
+    first = await relay.deliver_unit("chat:1", until_key="a")
+    assert first is not None and first.status is CallStatus.DELIVERED
+    taken = await outbox.take(bot_id=BOT_ID, lease=30.0)
+    assert taken is not None and taken.key == "b"
+    handed_back = await relay.deliver(taken)
+    assert handed_back.status is CallStatus.PENDING, "a 0.4 s wait is not held either"
+    assert len(scripted.calls_of("sendMessage")) == 1

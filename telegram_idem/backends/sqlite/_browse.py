@@ -11,6 +11,7 @@ read in index order; no ``LIKE`` (which ignores ASCII case in SQLite) and no pat
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -178,11 +179,17 @@ class SQLiteBrowsing:
         else:
             answer = await connection.call("health", lambda: asyncio.to_thread(read_only))
         if answer is None:
+            folder = os.path.dirname(os.path.abspath(path))  # noqa: ASYNC240 (no I/O)
+            made = (
+                "a store creates it on first use"
+                if os.path.isdir(folder)  # noqa: ASYNC240 (one stat, for the message)
+                else f"and its folder {folder} does not exist either, so no store can create it"
+            )
             return StoreHealth(
                 server=server,
                 compared=compared,
                 expected=tuple(expected),
-                problems=(f"file {path} does not exist (a store creates it on first use)",),
+                problems=(f"file {path} does not exist ({made})",),
             )
         found, mode = answer
         problems: list[str] = []
