@@ -18,7 +18,7 @@ from the most specific:
 | error | meaning |
 |---|---|
 | :class:`~telegram_idem.outbox.CallNotSent`, :class:`~telegram_idem.errors.DeliveryTimeoutError` (the call stays in the outbox under its stable effect key) | not applied |
-| :class:`~telegram_idem.errors.SendFailedError`, :class:`~telegram_idem.errors.ChatParkedError` | permanent |
+| :class:`~telegram_idem.errors.SendFailedError`, :class:`~telegram_idem.errors.ChatParkedError` (the refusal is kept by the outbox entry, where an operator settles it: ``redrive``, ``unpark``; a retry of the action after that gets the call's new answer, so the action keeps no copy of the failure) | not applied |
 | :class:`~telegram_idem.outbox.AmbiguousCall`, :class:`~telegram_idem.errors.UnknownOutcomeError` | ambiguous |
 | aiogram ``TelegramRetryAfter``, ``TelegramMigrateToChat``; PTB ``RetryAfter``, ``ChatMigrated`` | not applied |
 | aiogram ``TelegramBadRequest``, ``TelegramForbiddenError``, ``TelegramNotFound``, ``TelegramUnauthorizedError``, ``TelegramConflictError``, ``TelegramEntityTooLarge``; PTB ``BadRequest``, ``Forbidden``, ``InvalidToken``, ``Conflict`` | permanent |
@@ -84,7 +84,9 @@ _MARKERS: tuple[tuple[type[BaseException], Meaning], ...] = (
 _LIBRARY: tuple[tuple[type[BaseException], Meaning], ...] = (
     (CallNotSent, Meaning.NOT_APPLIED),
     (DeliveryTimeoutError, Meaning.NOT_APPLIED),
-    (SendFailedError, Meaning.PERMANENT),  # ChatParkedError is one
+    # The outbox entry keeps the refusal (ChatParkedError is one): settled there, a retry
+    # of the action re-enqueues the same effect key and gets the settled answer.
+    (SendFailedError, Meaning.NOT_APPLIED),
     (AmbiguousCall, Meaning.AMBIGUOUS),
     (UnknownOutcomeError, Meaning.AMBIGUOUS),
 )

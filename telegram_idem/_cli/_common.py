@@ -100,6 +100,16 @@ def redact_text(text: str) -> str:
 _PIPED_WIDTH = 1000
 """Columns a table may use when stdout is not a terminal (and ``COLUMNS`` is unset)."""
 
+_MESSAGE_CHARS = 500
+"""The most characters of an error line: a 100 000-character key is not echoed whole."""
+
+
+def _bounded(line: str) -> str:
+    if len(line) <= _MESSAGE_CHARS:
+        return line
+    return f"{line[:_MESSAGE_CHARS]}… ({len(line) - _MESSAGE_CHARS} more characters)"
+
+
 _JSON_PRINTED = "telegram_idem.json_printed"
 """``click.Context.meta`` key: the command printed its JSON document."""
 
@@ -110,7 +120,7 @@ def fail(message: str, code: Exit) -> NoReturn:
     Under ``--json`` stdout still gets its one JSON document: ``{"error": <message>,
     "exit_code": <code>}`` (unless the command printed its own already), so a script
     reading stdout never meets an empty answer."""
-    line = " ".join(redact_text(message).split())
+    line = _bounded(" ".join(redact_text(message).split()))
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.params.get("as_json") and not ctx.meta.get(_JSON_PRINTED):
         click.echo(json.dumps({"error": line, "exit_code": int(code)}, ensure_ascii=False))
@@ -203,8 +213,7 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
     try:
         return asyncio.run(_main(main))
     except KeyboardInterrupt:
-        click.echo("interrupted: stopped; what was done is kept", err=True)
-        sys.exit(int(Exit.INTERRUPTED))
+        fail("interrupted: stopped; what was done is kept", Exit.INTERRUPTED)
     except ConfigurationError as exc:
         fail(str(exc), Exit.CONFIGURATION)
     except (StoreError, OSError, TimeoutError) as exc:

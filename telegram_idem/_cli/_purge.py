@@ -33,6 +33,14 @@ def _plural(n: int) -> str:
     return f"{n} record" if n == 1 else f"{n} records"
 
 
+def _stopped(deleted: int, out: Output) -> None:
+    """Say how many were deleted before Ctrl-C: a line for people, and under ``--json``
+    the command's one document, ``{"deleted": n, "interrupted": true}``."""
+    out.note(f"interrupted: {_plural(deleted)} deleted before the stop")
+    if out.as_json:
+        out.json({"deleted": deleted, "interrupted": True})
+
+
 async def _batches(
     step: Callable[[], Awaitable[int]], total: int | None, what: str, out: Output
 ) -> int:
@@ -46,14 +54,14 @@ async def _batches(
         task = bar.add_task(what, total=total)
         while True:
             if current is not None and current.cancelling():
-                out.note(f"interrupted: {_plural(deleted)} deleted before the stop")
+                _stopped(deleted, out)
                 raise asyncio.CancelledError
             batch = asyncio.ensure_future(step())
             try:
                 n = await asyncio.shield(batch)
             except asyncio.CancelledError:
                 n = await _finish(batch)
-                out.note(f"interrupted: {_plural(deleted + n)} deleted before the stop")
+                _stopped(deleted + n, out)
                 raise
             if n == 0:
                 break

@@ -72,8 +72,8 @@ def library_errors() -> list[tuple[BaseException, Meaning]]:
     return [
         (CallNotSent("refused", method="sendMessage"), NOT_APPLIED),
         (DeliveryTimeoutError("waited 5 s", key="k"), NOT_APPLIED),
-        (SendFailedError("400", key="k", error_code=400), PERMANENT),
-        (ChatParkedError("403", key="k", error_code=403), PERMANENT),
+        (SendFailedError("400", key="k", error_code=400), NOT_APPLIED),
+        (ChatParkedError("403", key="k", error_code=403), NOT_APPLIED),
         (AmbiguousCall("no answer", method="sendMessage"), AMBIGUOUS),
         (UnknownOutcomeError("held", key="k"), AMBIGUOUS),
     ]

@@ -21,6 +21,7 @@ from telegram_idem.errors import (
     UnknownOutcomeError,
 )
 from telegram_idem.outbox import CallStatus, HttpBotAPI, Outbound
+from telegram_idem.testing import Fault
 from telegram_idem.testing.bot_api import FakeBotAPI
 
 
@@ -232,3 +233,26 @@ async def test_a_store_outage_at_enqueue_raises_store_error_and_sends_nothing(
         await out.close()
         await store.close()
     assert fake_api.calls_of("sendMessage") == []
+
+
+async def test_a_refused_call_settled_by_an_operator_lets_its_action_run_again(
+    fake_api: FakeBotAPI,
+) -> None:
+    """A refusal is kept by the outbox entry, not copied into the action's record: after
+    the operator fixes the cause and redrives the call (``telegram-idem outbox redrive``),
+    the retried action gets the call's new answer instead of a stored failure."""
+    store = MemoryStore()
+    idem = Idem(store)
+    fake_api.inject(Fault.error(400, "Bad Request: chat not found", chat_id=9))
+    async with outbound_on(store, fake_api.url) as out:
+
+        async def action() -> Any:
+            return await out.call("sendMessage", {"chat_id": 9, "text": "receipt"})
+
+        with pytest.raises(SendFailedError):
+            await idem.run("order:9", action)
+        (dead,) = await store.outbox().entries(status=CallStatus.DEAD)
+        assert await store.outbox().redrive(dead.key)  # the operator's redrive
+        message = await idem.run("order:9", action)
+    assert message["text"] == "receipt"
+    assert len(fake_api.calls_of("sendMessage")) == 2  # the refused one and the redriven one
