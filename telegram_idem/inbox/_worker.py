@@ -11,7 +11,7 @@ Telegram asked the bot to wait. Likewise an :class:`~telegram_idem.errors.InProg
 (an ``@idempotent`` action's or the update's claim is held elsewhere, its lease alive: a
 worker killed mid-handler, a store paused longer than the entry's lease) says nothing
 about the update: the take is refunded and the entry waits until that claim's lease ends
-(at least ``IN_PROGRESS_MIN_DELAY``, at most ``backoff_max`` seconds), logged once per
+(at least ``IN_PROGRESS_MIN_DELAY`` = 1 s, at most ``backoff_max``), logged once per
 entry as a wait, not a failure. Then the holder has finished (the action replays) or its
 claim is taken over.
 
@@ -157,9 +157,9 @@ class InboxWorker:
             Bot API ``retry_after`` (flood control) is not counted, nor one that failed
             with :class:`~telegram_idem.errors.InProgressError` (an action's or the
             update's claim is held elsewhere, its lease alive): that entry waits until the
-            claim's lease ends (at least ``IN_PROGRESS_MIN_DELAY`` s, at most
-            ``backoff_max``) and runs then, so it never becomes a dead letter only because
-            a killed worker's claim outlives this ``lease``.
+            claim's lease ends (at least 1 s, at most ``backoff_max``) and runs then, so
+            it never becomes a dead letter only because a killed worker's claim outlives
+            this ``lease``.
         backoff_base: seconds before the first retry of a failed entry; each further
             retry waits twice as long (``backoff_base * 2 ** (attempts - 1)``), and at
             least the ``retry_after`` of a Telegram 429 the handler raised.

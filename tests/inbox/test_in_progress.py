@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -23,15 +22,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from telegram import Update
+from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
 
 from telegram_idem import Idem, ManualClock
-from telegram_idem.inbox._base import EntryStatus, Inbox
+from telegram_idem.adapters.ptb import idempotent
+from telegram_idem.adapters.ptb import inbox_dispatch as ptb_inbox_dispatch
+from telegram_idem.inbox._base import EntryStatus
 from telegram_idem.inbox._entries import new_entry
 from telegram_idem.inbox._worker import IN_PROGRESS_MIN_DELAY, InboxWorker
 from telegram_idem.testing._factories import UpdateFactory
+from telegram_idem.testing.bot_api import FakeBotAPI
 
 pytestmark = [pytest.mark.inbox, pytest.mark.shared_state]
 
+TOKEN = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
 BOT = 7000000001
 IDEM_LEASE = 60.0
 ENTRY_LEASE = 20.0
@@ -150,7 +155,7 @@ async def test_the_wait_is_bounded_by_backoff_max_and_a_minimum(
 ) -> None:
     idem, holder = guards
     inbox = idem.store.inbox()
-    entry_id, update_id = await admit(idem)
+    entry_id, _ = await admit(idem)
     await holder.store.claim(KEY, lease=claim_lease, retention=20_000)
     worker = InboxWorker(inbox, Receipt(idem), lease=ENTRY_LEASE, backoff_max=30.0)
     before = clock.now
@@ -159,6 +164,46 @@ async def test_the_wait_is_bounded_by_backoff_max_and_a_minimum(
     assert waiting is not None and waiting.attempts == 0
     delay = waiting.available_at - before
     assert delay == pytest.approx(expected or IN_PROGRESS_MIN_DELAY, abs=0.05)
+
+
+async def test_ptb_inbox_dispatch_waits_for_an_idempotent_handler_held_elsewhere(
+    guards: tuple[Idem, Idem], clock: ManualClock
+) -> None:
+    """A real PTB application behind the worker: its ``@idempotent`` handler's
+    ``InProgressError`` reaches the worker through PTB's error handlers."""
+    idem, holder = guards
+    inbox = idem.store.inbox()
+    update = UpdateFactory().command("/start")
+    chat_id = update["message"]["chat"]["id"]
+    assert await inbox.admit(new_entry(idem, update, bot_id=BOT), retention=3600)
+    action_key = idem.keys.action(BOT, f"receipt:{chat_id}")
+    await holder.store.claim(action_key, lease=IDEM_LEASE, retention=3600)
+    sent: list[int] = []
+
+    @idempotent(key="receipt:{chat_id}")
+    async def receipt(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        assert update.effective_message is not None
+        sent.append(update.effective_message.message_id)
+        await update.effective_message.reply_text("receipt")
+
+    async with FakeBotAPI() as api:
+        app = ApplicationBuilder().token(TOKEN).base_url(api.ptb_base_url).build()
+        app.add_handler(CommandHandler("start", receipt))
+        await app.initialize()
+        try:
+            worker = InboxWorker(
+                inbox, ptb_inbox_dispatch(app, idem), lease=ENTRY_LEASE, max_attempts=1
+            )
+            assert await worker.run_once()  # met the claim: waits for its lease
+            clock.advance(ENTRY_LEASE)
+            assert not await worker.run_once()  # a counting worker buried it by now
+            assert sent == [] and await inbox.dead_letters() == []
+            clock.advance(IDEM_LEASE - ENTRY_LEASE)  # the holder's lease ended
+            assert await worker.run_once()
+        finally:
+            await app.shutdown()
+        assert len(sent) == 1 and [m.text for m in api.messages(chat_id)] == ["receipt"]
+    assert await inbox.depth() == 0 and worker.failures == 0
 
 
 CHILD = textwrap.dedent(
@@ -192,22 +237,24 @@ async def test_a_worker_killed_mid_action_with_a_shorter_entry_lease_is_not_dead
     url = f"sqlite:///{tmp_path / 'killed.db'}"
     idem = Idem(url, lease=1.5)
     try:
-        entry_id, update_id = await admit(idem)
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, url, "1.5", KEY, "0.3"],
-            stdout=subprocess.PIPE,
-            text=True,
+        _, update_id = await admit(idem)
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            CHILD,
+            url,
+            "1.5",
+            KEY,
+            "0.3",
+            stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
             assert child.stdout is not None
-            line = await asyncio.to_thread(child.stdout.readline)
-            assert line.strip() == "in-action"
+            assert (await child.stdout.readline()).strip() == b"in-action"
         finally:
             child.send_signal(signal.SIGKILL)
-            child.wait()
-            if child.stdout is not None:
-                child.stdout.close()
+            await child.wait()
         dispatch = Receipt(idem)
         # The killed take was attempt 1; each take that meets its live action claim is
         # attempt 2, refunded: on a counting worker the first would bury the update.
