@@ -7,7 +7,13 @@ backoff (``backoff_base * 2**(attempt-1)`` seconds, at most ``backoff_max``); af
 A failure that carries a Bot API ``retry_after`` (a 429, Telegram's flood control; see
 :func:`retry_after_of`) waits at least that long and does not count as an attempt
 (``Inbox.retry(..., refund=True)``): an update is never dead-lettered only because
-Telegram asked the bot to wait.
+Telegram asked the bot to wait. Likewise an :class:`~telegram_idem.errors.InProgressError`
+(an ``@idempotent`` action's or the update's claim is held elsewhere, its lease alive: a
+worker killed mid-handler, a store paused longer than the entry's lease) says nothing
+about the update: the take is refunded and the entry waits until that claim's lease ends
+(at least ``IN_PROGRESS_MIN_DELAY`` = 1 s, at most ``backoff_max``), logged once per
+entry as a wait, not a failure. Then the holder has finished (the action replays) or its
+claim is taken over.
 
 Nothing runs forever and nothing loops forever:
 
@@ -49,6 +55,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from telegram_idem.errors import (
+    InProgressError,
     MalformedUpdateError,
     PermanentUpdateError,
     SendFailedError,
@@ -67,6 +74,25 @@ Dispatch = Callable[[dict[str, Any]], Awaitable[Any]]
 """Processes one update (a Bot API update dict); raising means "retry"."""
 
 Sleep = Callable[[float], Awaitable[None]]
+
+IN_PROGRESS_MIN_DELAY = 1.0
+"""Seconds an entry that met a claim in progress elsewhere waits at least, so a lease
+that ends in a moment (or clocks a little apart) does not make a busy loop of takes."""
+
+_WAITING = "waiting for a claim in progress elsewhere"
+"""How the ``last_error`` of such an entry begins: the next take knows it was reported."""
+
+
+def _in_progress_of(exc: BaseException) -> InProgressError | None:
+    """The :class:`InProgressError` ``exc`` is, or was raised from, or ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, InProgressError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _default_permanent() -> tuple[type[BaseException], ...]:
@@ -123,9 +149,17 @@ class InboxWorker:
             once (≥ 1).
         lease: seconds a worker holds a taken entry before another may take it; a
             heartbeat extends it every ``lease / 3`` seconds while the dispatch runs (> 0).
+            Best equal to the ``Idem`` lease: a shorter one makes a killed worker's entry
+            be taken over while its action claims still live, and the taker waits for
+            them (without spending attempts).
         max_attempts: takes before an entry becomes a dead letter (≥ 1); also the cap on
             takes of an entry whose lease keeps running out. A take that failed with a
-            Bot API ``retry_after`` (flood control) is not counted.
+            Bot API ``retry_after`` (flood control) is not counted, nor one that failed
+            with :class:`~telegram_idem.errors.InProgressError` (an action's or the
+            update's claim is held elsewhere, its lease alive): that entry waits until the
+            claim's lease ends (at least 1 s, at most ``backoff_max``) and runs then, so
+            it never becomes a dead letter only because a killed worker's claim outlives
+            this ``lease``.
         backoff_base: seconds before the first retry of a failed entry; each further
             retry waits twice as long (``backoff_base * 2 ** (attempts - 1)``), and at
             least the ``retry_after`` of a Telegram 429 the handler raised.
@@ -251,10 +285,11 @@ class InboxWorker:
             raise
         if entry is None:
             return False
+        taken_at = time.monotonic()
         if entry.attempts > self.max_attempts:
             await self._bury_overtaken(entry)
             return True
-        task = asyncio.create_task(self._process(entry))
+        task = asyncio.create_task(self._process(entry, taken_at))
         self._in_flight[task] = entry
         try:
             await asyncio.shield(task)
@@ -272,7 +307,7 @@ class InboxWorker:
         self.failures += 1
         await self.inbox.bury(entry, error=error)
 
-    async def _process(self, entry: InboxEntry) -> None:
+    async def _process(self, entry: InboxEntry, taken_at: float) -> None:
         beat = _Beat()
         beating = asyncio.create_task(self._heartbeat(entry, beat))
         scope = asyncio.timeout(self.handler_timeout)
@@ -280,6 +315,10 @@ class InboxWorker:
             async with scope:
                 await self.dispatch(decode_payload(entry.payload))
         except Exception as exc:
+            held = _in_progress_of(exc)
+            if held is not None and not isinstance(exc, self.permanent_errors):
+                await self._wait_for_holder(entry, held, taken_at)
+                return
             self.failures += 1
             if isinstance(exc, TimeoutError) and scope.expired():
                 error = f"HandlerTimeout: the handler ran longer than {self.handler_timeout} s"
@@ -301,6 +340,36 @@ class InboxWorker:
         self.processed += 1
         if not await self.inbox.ack(entry):
             log.warning("entry %s finished after its lease was taken over", entry.id)
+
+    async def _wait_for_holder(
+        self, entry: InboxEntry, exc: InProgressError, taken_at: float
+    ) -> None:
+        """Put back an entry whose run met a claim held elsewhere, refunding the take:
+        the update is fine, its holder may still finish, or its lease ends."""
+        record = exc.record
+        if record is None:
+            delay = self.backoff(1)
+        else:
+            # The store's clock now: the entry's lease was taken as now + lease (store
+            # clock), plus the time the run took; the worker's clock if the store gave none.
+            if entry.lease_expires_at > 0:
+                now = entry.lease_expires_at - self.lease + (time.monotonic() - taken_at)
+            else:
+                now = time.time()
+            delay = record.lease_expires_at - now
+        delay = min(max(delay, IN_PROGRESS_MIN_DELAY), max(self.backoff_max, IN_PROGRESS_MIN_DELAY))
+        error = f"{_WAITING} ({exc.key}): {type(exc).__name__}: {exc}"
+        reported = (entry.last_error or "").startswith(_WAITING)
+        log.log(
+            logging.DEBUG if reported else logging.WARNING,
+            "entry %s waits %.1f s for %s, in progress elsewhere (attempt %d, not counted): "
+            "its holder may still finish, or its lease ends",
+            entry.id,
+            delay,
+            exc.key,
+            entry.attempts,
+        )
+        await self.inbox.retry(entry, delay=delay, error=error, refund=True)
 
     async def _failed(
         self, entry: InboxEntry, error: str, *, permanent: bool, retry_after: float | None = None
