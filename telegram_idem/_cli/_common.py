@@ -54,6 +54,7 @@ __all__ = [
     "Exit",
     "Output",
     "as_mapping",
+    "check_http_url",
     "fail",
     "json_option",
     "limit_option",
@@ -126,6 +127,25 @@ def fail(message: str, code: Exit) -> NoReturn:
         click.echo(json.dumps({"error": line, "exit_code": int(code)}, ensure_ascii=False))
     click.echo(f"error: {line}", err=True)
     sys.exit(int(code))
+
+
+def check_http_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback: ``value`` if it is an ``http://`` or ``https://`` URL with a host
+    (Bot API "setWebhook" wants HTTPS; a local Bot API server or a test takes HTTP).
+
+    Raises:
+        click.BadParameter: it is not (exit 2).
+    """
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        host = None
+    if not host or parts.scheme not in ("http", "https"):
+        raise click.BadParameter(
+            "an http:// or https:// URL with a host, e.g. https://bot.example.com/webhook"
+        )
+    return value
 
 
 def store_option(func: F) -> F:

@@ -204,6 +204,11 @@ def purge(
     """
     if expired == (prefix is not None):
         raise click.UsageError("give --expired or --prefix P (one of them)")
+    if prefix == "":
+        raise click.UsageError(
+            "an empty --prefix is every record in the store, live update guards included; "
+            "give the prefix of what to delete (e.g. 'idem:42:a:')"
+        )
     out = Output(as_json)
     if prefix is None:
         code = run(lambda: _expired(store_url, dry_run, out))

@@ -29,13 +29,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 
 from telegram_idem._cli._common import (
     Exit,
     Output,
+    check_http_url,
     fail,
     json_option,
     progress,
@@ -266,19 +266,6 @@ def _render(summary: ReplaySummary) -> object:
     return table(title, ["", "count"], rows)
 
 
-def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
-        host = None
-    if not host or parts.scheme not in ("http", "https"):
-        raise click.BadParameter(
-            "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/webhook"
-        )
-    return value
-
-
 def _check_secret(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     try:
         return check_secret_token(value or None)
@@ -298,7 +285,7 @@ def _check_secret(ctx: click.Context, param: click.Parameter, value: str | None)
     "--url",
     required=True,
     metavar="URL",
-    callback=_check_url,
+    callback=check_http_url,
     help="The webhook to POST to, e.g. http://127.0.0.1:8080/webhook.",
 )
 @click.option(

@@ -131,17 +131,32 @@ def _sequence(text: str, name: str, start: int) -> list[tuple[object, int]]:
     entries: list[tuple[object, int]] = []
     pos = start
     while pos < len(text):
-        value, end = _decode(text, name, pos)
+        value, end = _decode(text, name, pos, line_first=True)
         entries.append((value, pos))
         pos = _skip(text, end)
     return entries
 
 
-def _decode(text: str, name: str, pos: int) -> tuple[object, int]:
+def _decode(text: str, name: str, pos: int, *, line_first: bool = False) -> tuple[object, int]:
+    """The JSON value at ``pos`` and where it ends. With ``line_first`` (JSON Lines), a
+    value that does not parse is reported on its own line when that line does not parse
+    alone either: the decoder would otherwise name the next line, where it gave up."""
     try:
         return _DECODER.raw_decode(text, pos)
     except json.JSONDecodeError as exc:
-        raise UpdateFileError(f"{name}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+        error = exc
+        if line_first:
+            eol = text.find("\n", pos)
+            line = text[: len(text) if eol < 0 else eol]
+            try:
+                _DECODER.raw_decode(line, pos)
+            except json.JSONDecodeError as own:
+                error = own
+            except RecursionError:
+                pass
+        raise UpdateFileError(
+            f"{name}:{error.lineno}:{error.colno}: not JSON ({error.msg})"
+        ) from None
     except RecursionError:  # nesting deeper than the interpreter's stack: no update is
         raise UpdateFileError(
             f"{_at(name, text, pos)}: nested too deeply to be an update"

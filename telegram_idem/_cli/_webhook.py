@@ -29,7 +29,7 @@ from telegram_idem._cli._bot_api import (
     check_api_url,
     check_token,
 )
-from telegram_idem._cli._common import Output, fail, json_option, run, table
+from telegram_idem._cli._common import Output, check_http_url, fail, json_option, run, table
 from telegram_idem._cli._replay import SECRET_ENV
 from telegram_idem._webhook_secret import check_secret_token
 from telegram_idem.errors import ConfigurationError
@@ -169,7 +169,7 @@ def _secret(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 
 
 @webhook.command(name="set")
-@click.argument("url", metavar="URL")
+@click.argument("url", metavar="URL", callback=check_http_url)
 @_drop_option
 @click.option(
     "--secret-token",

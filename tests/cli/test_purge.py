@@ -113,7 +113,7 @@ def test_an_empty_store_has_nothing_to_purge(
     storecli_url: str, storecli_seed: Seed, storecli_invoke: Invoke
 ) -> None:
     storecli_seed(storecli_url, [])
-    result = storecli_invoke(["purge", "--store", storecli_url, "--prefix", "", "--json"])
+    result = storecli_invoke(["purge", "--store", storecli_url, "--prefix", "idem:", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["deleted"] == 0
 
@@ -125,6 +125,7 @@ def test_an_empty_store_has_nothing_to_purge(
         ["purge", "--store", "sqlite:///x.db", "--expired", "--prefix", "p"],
         ["purge", "--prefix", "p"],  # no --store and no IDEM_STORE_URL
         ["purge", "--store", "sqlite:///x.db", "--prefix", "p", "--batch", "0"],
+        ["purge", "--store", "sqlite:///x.db", "--prefix", "", "--yes"],  # the whole store
     ],
 )
 def test_usage_mistakes_exit_2(args: list[str], storecli_invoke: Invoke) -> None:

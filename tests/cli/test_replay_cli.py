@@ -183,6 +183,7 @@ async def test_a_url_nobody_listens_on_exits_3_after_one_update(tmp_path: Path) 
     ("text", "where", "what"),
     [
         ('{"update_id": 1}\n{"update_id": 2}\n{"update_id": 3, x}\n', "f:3:18", "not JSON"),
+        ('{"update_id": 1}\n{"update_id": 2\n{"update_id": 3}\n', "f:2:16", "not JSON"),
         ('[\n  {"update_id": 1},\n  {"message": {}}\n]', "f:3:3", "without 'update_id'"),
         ('{"update_id": "5"}', "f:1:1", "not an integer ('5')"),
         ('[{"update_id": true}]', "f:1:2", "not an integer (True)"),

@@ -215,6 +215,8 @@ async def test_an_error_that_carries_the_url_is_redacted() -> None:
         (["info", "--api-url", "http://[::1"], TOKEN),
         (["set", "https://b.example/h", "--secret-token", "no spaces"], TOKEN),
         (["set", "https://b.example/h", "--max-connections", "0"], TOKEN),
+        (["set", "ftp://x/webhook"], TOKEN),
+        (["set", "webhook.example.com"], TOKEN),
     ],
 )
 async def test_usage_errors_exit_2(api: FakeBotAPI, args: list[str], token: str) -> None:
