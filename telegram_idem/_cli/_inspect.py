@@ -68,6 +68,11 @@ def inspect(key: str | None, prefix: str | None, limit: int, store_url: str, as_
     the key was acquired), fingerprint (of the payload first claimed, or "-") and
     result size (bytes of the stored result or failure; "-" while in progress).
 
+    in_progress with 0 lease left is a claim nobody holds: its holder died, or it was
+    released (a body that raised a not-applied error, or was cancelled, gives its claim
+    back this way); the next claim takes it over either way (a takeover: the fencing
+    token goes up). A live holder shows lease left > 0.
+
     --prefix lists the live records in key order, at most --limit of them; it needs a
     store with the Browsable ability (memory, SQLite, PostgreSQL, Redis, DynamoDB;
     Redis scans its whole keyspace with SCAN, DynamoDB its whole table). The prefix is never a pattern: %, _, * and ? match

@@ -171,7 +171,8 @@ class InboxWorker:
         permanent_errors: exception types that dead-letter an entry at once, without
             retries (default :data:`DEFAULT_PERMANENT_ERRORS`: ``PermanentUpdateError``,
             ``MalformedUpdateError``, pydantic's ``ValidationError`` when pydantic is
-            installed).
+            installed, and the outbox's ``UnknownOutcomeError`` and ``SendFailedError``
+            with ``ChatParkedError``: an unknown or refused call waits for an operator).
         outage_backoff_max: longest wait, seconds, between takes while the inbox is down.
         outage_log_interval: seconds between "still unavailable" lines during an outage.
         sleep: how the outage backoff waits (tests inject one).

@@ -59,7 +59,10 @@ log = logging.getLogger("telegram_idem.ingress")
 
 
 class WebhookIngress:
-    """``register(app, path, WebhookIngress(...), worker=worker)``
+    """The fast-ack webhook: checks each POST (secret token, size, JSON, ``update_id``),
+    admits the update to the durable inbox with its update guard in one write, and answers
+    Telegram 200 before any handler runs. Mount it with
+    ``register(app, path, WebhookIngress(...), worker=worker)``
     (:func:`telegram_idem.ingress.register`), or ``app.router.add_post(path, ingress.handle)``.
 
     Args:

@@ -106,33 +106,42 @@ class StoreCollector(Collector):
         return reading
 
     async def _read(self) -> StoreReading:
+        """The inbox and the outbox are read at once, so a scrape waits at most
+        ``timeout`` in all, not once per part."""
         reading = StoreReading()
-        if self.inbox is not None:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    stats = await self.inbox.stats()
-            except Exception as exc:
-                self._mark("inbox", exc)
-                reading.up["inbox"] = False
-            else:
-                self._mark("inbox", None)
-                reading.up["inbox"] = True
-                for status in EntryStatus:
-                    reading.inbox_entries[status.value] = int(stats.counts.get(status, 0))
-                    reading.inbox_oldest_age[status.value] = stats.oldest_age(status)
-        if self.outbox is not None:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    counts = await self.outbox.counts(bot_id=self.bot_id)
-            except Exception as exc:
-                self._mark("outbox", exc)
-                reading.up["outbox"] = False
-            else:
-                self._mark("outbox", None)
-                reading.up["outbox"] = True
-                for call_status in CallStatus:
-                    reading.outbox_entries[call_status.value] = int(counts.get(call_status, 0))
+        await asyncio.gather(self._read_inbox(reading), self._read_outbox(reading))
         return dataclasses.replace(reading, read_at=time.monotonic())
+
+    async def _read_inbox(self, reading: StoreReading) -> None:
+        if self.inbox is None:
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                stats = await self.inbox.stats()
+        except Exception as exc:
+            self._mark("inbox", exc)
+            reading.up["inbox"] = False
+        else:
+            self._mark("inbox", None)
+            reading.up["inbox"] = True
+            for status in EntryStatus:
+                reading.inbox_entries[status.value] = int(stats.counts.get(status, 0))
+                reading.inbox_oldest_age[status.value] = stats.oldest_age(status)
+
+    async def _read_outbox(self, reading: StoreReading) -> None:
+        if self.outbox is None:
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                counts = await self.outbox.counts(bot_id=self.bot_id)
+        except Exception as exc:
+            self._mark("outbox", exc)
+            reading.up["outbox"] = False
+        else:
+            self._mark("outbox", None)
+            reading.up["outbox"] = True
+            for call_status in CallStatus:
+                reading.outbox_entries[call_status.value] = int(counts.get(call_status, 0))
 
     def _mark(self, part: str, error: BaseException | None) -> None:
         """Log a part going down (WARNING) or coming back (INFO), once per change."""
