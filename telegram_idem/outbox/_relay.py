@@ -84,6 +84,13 @@ def _history(entry: OutboxEntry) -> tuple[int, int]:
     return (0, 0) if attempt >= entry.attempts else (attempt, failed)
 
 
+def _reason(entry: OutboxEntry, exc: Exception) -> str:
+    """A transport failure's text as recorded: without the ``"<method>: "`` the transport
+    starts it with (the entry has its method; every listing shows it beside the error)."""
+    text = str(exc)
+    return text.removeprefix(f"{entry.method}: ") or text
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
@@ -213,13 +220,11 @@ class Relay:
             try:
                 answer = await self.api.call(entry.method, entry.params)
             except CallNotSent as exc:
-                verdict = Verdict(OutcomeClass.NOT_SENT, description=str(exc))
+                verdict = Verdict(OutcomeClass.NOT_SENT, description=_reason(entry, exc))
             except AmbiguousCall as exc:
-                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=str(exc))
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_reason(entry, exc))
             except Exception as exc:  # a transport bug: it may have been sent
-                verdict = Verdict(
-                    OutcomeClass.AMBIGUOUS, description=f"{entry.method}: {type(exc).__name__}"
-                )
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=type(exc).__name__)
             else:
                 verdict = classify(answer)
             elapsed = (time.monotonic() - started) * 1000
