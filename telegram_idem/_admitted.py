@@ -79,12 +79,14 @@ def _update_id(update: Mapping[str, Any]) -> int:
 
 
 async def release_quietly(store: Store, key: str, token: int) -> None:
-    """Release ``key`` held with ``token``; a failure is logged (WARNING), not raised:
-    the claim then frees when its lease ends."""
+    """Release ``key`` held with ``token``; a failure is logged (WARNING with the error's
+    text; its traceback only at DEBUG), not raised: the claim then frees when its lease
+    ends."""
     try:
         await store.release(key, token)
-    except Exception:
-        log.warning("could not release %s; it frees when its lease ends", key, exc_info=True)
+    except Exception as exc:
+        log.warning("could not release %s; it frees when its lease ends: %s", key, exc)
+        log.debug("the release of %s failed", key, exc_info=True)
 
 
 class Admitted:
@@ -308,8 +310,8 @@ class Admitted:
             return False
         try:
             return await self._host.store.release(self.key, self.claim.token)
-        except StoreError:
-            log.warning("could not release %s; it frees when its lease ends", self.key)
+        except StoreError as exc:
+            log.warning("could not release %s; it frees when its lease ends: %s", self.key, exc)
             return False
 
 

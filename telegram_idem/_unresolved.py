@@ -88,7 +88,10 @@ def _from_row(row: LedgerEntry, now: float) -> Unresolved:
 
 
 def _from_send(entry: OutboxEntry, now: float) -> Unresolved:
-    detail = entry.method + (f": {entry.last_error}" if entry.last_error else "")
+    error = entry.last_error or ""
+    # entries recorded before the relay dropped the method from the transport's text
+    error = error.removeprefix(f"{entry.method}: ")
+    detail = entry.method + (f": {error}" if error else "")
     return Unresolved(
         key=entry.key,
         kind="send",

@@ -32,8 +32,10 @@ unknown. (It used to hold waits up to 1 s: under a chat's 1 message/s pacing nea
 held call sat in that window, and a ``kill -9`` made them all unknown.)
 
 Log lines (logger ``telegram_idem.outbox``) name the effect key and the method, never the
-token; every outcome is also a decision event (boundary ``"outbox"``, ``handler`` the
-method; :mod:`telegram_idem.events`).
+token; a store outage is one ERROR line when it starts, one more at most every
+``outage_log_interval`` seconds while it lasts (with the failed takes of all the relay's
+loops), one INFO line when it ends; every outcome is also a decision event (boundary
+``"outbox"``, ``handler`` the method; :mod:`telegram_idem.events`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from telegram_idem.flood import FloodControl
 from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, Outbox, OutboxEntry
 from telegram_idem.outbox._calls import Answer, OutcomeClass, Verdict, classify, encode_params
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
+from telegram_idem.outbox._outage import OutageLog
 
 if TYPE_CHECKING:
     from telegram_idem.outbox._transport import BotAPI
@@ -81,6 +84,13 @@ def _history(entry: OutboxEntry) -> tuple[int, int]:
     return (0, 0) if attempt >= entry.attempts else (attempt, failed)
 
 
+def _reason(entry: OutboxEntry, exc: Exception) -> str:
+    """A transport failure's text as recorded: without the ``"<method>: "`` the transport
+    starts it with (the entry has its method; every listing shows it beside the error)."""
+    text = str(exc)
+    return text.removeprefix(f"{entry.method}: ") or text
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
@@ -102,9 +112,12 @@ class Relay:
             retry waits twice as long.
         backoff_max: seconds the retry delay grows to at most.
         shutdown_grace: seconds in-flight calls may take to finish when the relay stops.
+        outage_log_interval: seconds between two "outbox still unavailable" lines while
+            the store cannot answer (the outage's first line and its end are logged once).
 
     Raises:
-        ValueError: ``lease``, ``poll_interval`` or ``backoff_base`` not > 0,
+        ValueError: ``lease``, ``poll_interval``, ``backoff_base`` or
+            ``outage_log_interval`` not > 0,
             ``concurrency`` or ``max_attempts`` < 1.
     """
 
@@ -122,9 +135,12 @@ class Relay:
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
         shutdown_grace: float = 10.0,
+        outage_log_interval: float = 60.0,
     ) -> None:
-        if not (lease > 0 and poll_interval > 0 and backoff_base > 0):
-            raise ValueError("lease, poll_interval and backoff_base must be > 0 seconds")
+        if not (lease > 0 and poll_interval > 0 and backoff_base > 0 and outage_log_interval > 0):
+            raise ValueError(
+                "lease, poll_interval, backoff_base and outage_log_interval must be > 0 seconds"
+            )
         if concurrency < 1 or max_attempts < 1:
             raise ValueError("concurrency and max_attempts must be ≥ 1")
         self.outbox = outbox
@@ -141,6 +157,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._busy: set[asyncio.Task[Any]] = set()
+        self._outage = OutageLog(log, "outbox", every=outage_log_interval)
 
     def __repr__(self) -> str:
         return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
@@ -203,13 +220,11 @@ class Relay:
             try:
                 answer = await self.api.call(entry.method, entry.params)
             except CallNotSent as exc:
-                verdict = Verdict(OutcomeClass.NOT_SENT, description=str(exc))
+                verdict = Verdict(OutcomeClass.NOT_SENT, description=_reason(entry, exc))
             except AmbiguousCall as exc:
-                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=str(exc))
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_reason(entry, exc))
             except Exception as exc:  # a transport bug: it may have been sent
-                verdict = Verdict(
-                    OutcomeClass.AMBIGUOUS, description=f"{entry.method}: {type(exc).__name__}"
-                )
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=type(exc).__name__)
             else:
                 verdict = classify(answer)
             elapsed = (time.monotonic() - started) * 1000
@@ -410,15 +425,13 @@ class Relay:
                 paused = await self.flood.paused_for() if self.flood is not None else 0.0
                 entry = None if paused > 0 else await self._take()
             except StoreError as exc:
-                outages += 1
+                outages += 1  # this loop's, for its backoff; the log counts all loops'
                 delay = min(self.poll_interval * 2 ** min(outages - 1, 16), self.backoff_max)
-                if outages == 1 or outages % 50 == 0:
-                    log.error("outbox unavailable (%d failed takes): %s", outages, exc)
+                self._outage.failed(exc)
                 await asyncio.sleep(delay)
                 continue
-            if outages:
-                log.warning("outbox available again after %d failed takes", outages)
-                outages = 0
+            outages = 0
+            self._outage.succeeded()
             if paused > 0:
                 await asyncio.sleep(min(paused, self.lease))
                 continue

@@ -219,7 +219,9 @@ async def test_an_unknown_send_is_listed_and_resolved(url: str, idem: Idem) -> N
         listed = as_json(await invoke("unresolved", "list", "--store", url, "--json"))
         [item] = listed["items"]
         assert (item["key"], item["kind"], item["state"]) == (key, "send", "unknown")
-        assert item["holder"] == f"bot {BOT_ID}" and "sendMessage" in item["detail"]
+        assert item["holder"] == f"bot {BOT_ID}"
+        assert item["detail"].startswith("sendMessage: no answer: ")
+        assert item["detail"].count("sendMessage") == 1  # the method once, not twice
 
         bad = await invoke("unresolved", "resolve", key, "--result", "true", "--store", url)
         assert bad.exit_code == 2 and "sendMessage returns a Message" in bad.stderr

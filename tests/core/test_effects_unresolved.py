@@ -148,6 +148,24 @@ async def test_unknown_sends_are_listed_and_resolved(idem: Idem, clock: ManualCl
     assert [u.key for u in await idem.unresolved()] == [KEY]
 
 
+async def test_a_send_recorded_with_its_method_in_the_error_shows_the_method_once(
+    idem: Idem,
+) -> None:
+    """An entry a relay recorded before it dropped the transport's ``"<method>: "`` from
+    the error text still reads "sendMessage: no answer", not the method twice."""
+    outbox = idem.store.outbox()
+    send_key = f"idem:{BOT}:o:old:1"
+    await outbox.enqueue(
+        NewCall(send_key, BOT, "sendMessage", b"{}", None, None, AmbiguousPolicy.HOLD)
+    )
+    entry = await outbox.take(bot_id=BOT, lease=LEASE)
+    assert entry is not None
+    error = "sendMessage: no answer: ServerDisconnectedError: Server disconnected"
+    assert await outbox.settle(entry, status=CallStatus.UNKNOWN, error=error)
+    [send] = await idem.unresolved()
+    assert send.detail == error
+
+
 async def test_an_unknown_send_resolved_not_applied_goes_back_to_the_outbox(idem: Idem) -> None:
     outbox = idem.store.outbox()
     send_key = f"idem:{BOT}:o:receipt:2"

@@ -132,6 +132,25 @@ async def test_each_outcome_class_is_recorded(
     assert len(scripted.calls_of(method)) == 1  # nothing was sent twice
 
 
+async def test_a_transport_failure_is_recorded_without_the_method_again(
+    scripted: ScriptedAPI, http: HttpBotAPI, closed_port: int
+) -> None:
+    """The entry has its method and every listing shows it beside the error, so the
+    recorded error does not start with it too ("sendMessage: sendMessage: no answer")."""
+    scripted.script("sendMessage", Reply(drop=True))
+    outbox = MemoryStore().outbox()
+    params = {"chat_id": 1, "text": "a"}
+    done = await send_one(outbox, relay_of(outbox, http), "sendMessage", params)
+    assert done.status is CallStatus.UNKNOWN and done.last_error is not None
+    assert done.last_error.startswith("no answer: ") and "sendMessage" not in done.last_error
+    async with HttpBotAPI(TOKEN, base_url=f"http://127.0.0.1:{closed_port}") as down:
+        await outbox.enqueue(new_call("n", "sendMessage", {"chat_id": 2, "text": "b"}))
+        again = await relay_of(outbox, down).deliver_unit("chat:2", until_key="n")
+    assert again is not None and again.last_error is not None
+    assert again.last_error.startswith("attempt 1 (1 failed): not sent: ")
+    assert "sendMessage" not in again.last_error
+
+
 async def test_ambiguous_under_resend_is_sent_again(
     scripted: ScriptedAPI, http: HttpBotAPI
 ) -> None:

@@ -227,6 +227,42 @@ async def test_entries_are_found_by_key_alone_for_any_bot_and_any_key(
         await store.close()
 
 
+async def _lost_directory_comes_back_with_the_next_enqueue(url: str) -> None:
+    store = RedisStore(url, clock=ManualClock())
+    outbox = outbox_of(store)  # stays alive, as a running bot's does
+    try:
+        await outbox.enqueue(call("before"))
+        assert (await outbox.counts())[CallStatus.PENDING] == 1
+        # Redis loses the bot directory (a restart without persistence loses it all)
+        await store.client.delete(f"{outbox.directory}bots")
+        assert await outbox.counts() == {}
+        await outbox.enqueue(call("after"))
+        assert (await outbox.counts())[CallStatus.PENDING] == 2
+        pending = await outbox.entries(status=CallStatus.PENDING)
+        assert [e.key for e in pending] == [f"idem:{BOT}:o:before", f"idem:{BOT}:o:after"]
+        # an unknown send is listed store-wide, not only with its bot named
+        entry = await outbox.take(bot_id=BOT, lease=LEASE)
+        assert entry is not None
+        await outbox.settle(entry, status=CallStatus.UNKNOWN, error="no answer")
+        assert (await outbox.counts())[CallStatus.UNKNOWN] == 1
+        unknown = await outbox.entries(status=CallStatus.UNKNOWN)
+        assert [e.key for e in unknown] == [f"idem:{BOT}:o:before"]
+    finally:
+        await store.close()
+
+
+async def test_a_lost_bot_directory_is_whole_again_with_the_next_enqueue(
+    redis_url_factory: Callable[[], str],
+) -> None:
+    await _lost_directory_comes_back_with_the_next_enqueue(redis_url_factory())
+
+
+async def test_a_lost_bot_directory_is_whole_again_with_the_next_enqueue_on_a_cluster(
+    redis_cluster_url_factory: Callable[[], str],
+) -> None:
+    await _lost_directory_comes_back_with_the_next_enqueue(redis_cluster_url_factory())
+
+
 # ----------------------------------------------------------------- racing takers
 
 

@@ -47,9 +47,11 @@ past its ``exp`` counts as absent, as the records do.
 ``get``, ``redrive`` and ``resolve`` are given a key only: the bot is read from the key
 when it has the shape of an effect key (``<prefix>:<bot_id>:o:…`` or an action's
 ``…:<bot_id>:a:…:o:…``), one script; otherwise (or when that bot does not hold it)
-every bot in ``D:bots`` is asked in one pipeline. ``D:bots`` is written (``SADD``) before
-a process's first enqueue for a bot: it may name a bot whose enqueue failed, never miss
-one that has entries.
+every bot in ``D:bots`` is asked in one pipeline. ``D:bots`` gets the bot (``SADD``) with
+every enqueue: in the enqueue script on a single node, with the ``INCR`` of ``D:seq``
+just before it on a cluster. It may name a bot whose enqueue failed, never miss one that
+has entries, and a set lost with Redis's data (a restart without persistence) is whole
+again with each bot's next enqueue, no process restart needed.
 
 Scripts build the names of ``B:…`` keys themselves; they declare ``B`` itself and the
 seq counter as ``KEYS[1..2]`` (the same slot on a cluster), as the inbox does.
@@ -125,7 +127,6 @@ class RedisOutbox(Outbox):
         self.directory = connection.keys.outbox_directory
         """The store-wide outbox keys' start: ``<key_prefix>:{<key_prefix>:outbox}:``."""
         self._bots_key = f"{self.directory}bots".encode()
-        self._registered: set[int] = set()
 
     def __repr__(self) -> str:
         return f"RedisOutbox({self.connection.label})"
@@ -143,10 +144,16 @@ class RedisOutbox(Outbox):
         return [layout.outbox_base(bot_id).encode(), layout.outbox_seq(bot_id).encode()]
 
     async def _script(
-        self, op: str, script: Script, bot_id: int, args: Sequence[Any], floor: int = 0
+        self,
+        op: str,
+        script: Script,
+        bot_id: int,
+        args: Sequence[Any],
+        floor: int = 0,
+        more_keys: Sequence[bytes] = (),
     ) -> Any:
         connection = self.connection
-        keys = self._keys(bot_id)
+        keys = [*self._keys(bot_id), *more_keys]
         argv = [connection.now_arg(), *args, str(floor)]
         return await connection.call(f"outbox.{op}", lambda: connection.run(script, keys, argv))
 
@@ -173,28 +180,24 @@ class RedisOutbox(Outbox):
         found = await connection.call("outbox.bots", lambda: connection.execute(members))
         return sorted(int(m) for m in found)
 
-    async def _register(self, bot_id: int) -> None:
-        if bot_id in self._registered:
-            return
-        connection = self.connection
-        key = self._bots_key
-
-        async def add(client: RedisClient) -> None:
-            await client.sadd(key, str(bot_id))
-
-        await connection.call("outbox.register", lambda: connection.execute(add))
-        self._registered.add(bot_id)
-
-    async def _floor(self) -> int:
+    async def _floor(self, bot_id: int | None = None) -> int:
         """The seq floor of a script that takes a new seq: 0 on a single node (the script
-        counts store-wide itself); on a cluster a fresh ``INCR`` of ``D:seq``."""
+        counts store-wide itself); on a cluster a fresh ``INCR`` of ``D:seq``, with
+        ``bot_id`` (an enqueue's) added to ``D:bots`` in the same round trip (one slot)."""
         if not self.connection.cluster:
             return 0
         connection = self.connection
         key = f"{self.directory}seq".encode()
+        bots = self._bots_key
 
         async def incr(client: RedisClient) -> int:
-            return int(await client.incr(key))
+            if bot_id is None:
+                return int(await client.incr(key))
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.sadd(bots, str(bot_id))
+                pipe.incr(key)
+                _, value = await pipe.execute()
+            return int(value)
 
         return await connection.call("outbox.seq", lambda: connection.execute(incr))
 
@@ -221,7 +224,8 @@ class RedisOutbox(Outbox):
     # ----------------------------------------------------------------- the contract
 
     async def enqueue(self, call: NewCall) -> tuple[OutboxEntry, bool]:
-        await self._register(call.bot_id)
+        # on a single node the script re-adds the bot to D:bots; on a cluster _floor does
+        more_keys = [] if self.connection.cluster else [self._bots_key]
         args = [
             call.key.encode(),
             call.method.encode(),
@@ -233,9 +237,11 @@ class RedisOutbox(Outbox):
             str(int(call.priority)),
             str(ms(call.retention, "retention")),
             superseded_result(call.key),
+            str(call.bot_id),
         ]
         while True:
-            answer = await self._script("enqueue", _ENQUEUE, call.bot_id, args, await self._floor())
+            floor = await self._floor(call.bot_id)
+            answer = await self._script("enqueue", _ENQUEUE, call.bot_id, args, floor, more_keys)
             if answer != _STALE:
                 stored, row = answer
                 return _entry(call.bot_id, row), bool(stored)

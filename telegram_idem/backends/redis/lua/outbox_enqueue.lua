@@ -2,7 +2,14 @@
 -- ARGV[2]: key; [3]: method; [4]: params; [5]: unit (ordering key, or the key);
 -- [6]: collapse key or ''; [7]: '1' when there is a collapse key; [8]: policy;
 -- [9]: priority; [10]: retention_ms; [11]: the superseded entries' result JSON.
+-- [12]: the bot id. KEYS[3] (a single node only): D:bots, the store-wide set of bots
+-- with an outbox, which every enqueue re-adds the bot to (idempotent SADD), so a set lost
+-- with Redis's data comes back with the next send; on a cluster (another slot) the
+-- caller adds the bot along with its INCR of the seq counter.
 -- Reply: {1 | 0 (stored already: nothing written), entry}, or 'stale' (see stale()).
+if KEYS[3] then
+  redis.call('SADD', KEYS[3], ARGV[12])
+end
 cleanup(100)
 local k = ARGV[2]
 local old = load(k, true)
