@@ -179,6 +179,19 @@ def limit_option(help: str, *, default: int = 100) -> Callable[[F], F]:
     )
 
 
+def batch_option(help: str, *, default: int = 100) -> Callable[[F], F]:
+    """``--batch N`` (an integer ≥ 1, ``default`` when absent), given as ``batch``: how many
+    items one round trip of a long run reads or changes."""
+    return click.option(
+        "--batch",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=True,
+        metavar="N",
+        help=help,
+    )
+
+
 def json_option(func: F) -> F:
     """``--json``: print one JSON document on stdout instead of tables (given as
     ``as_json``)."""

@@ -38,6 +38,7 @@ from rich.text import Text
 from telegram_idem._cli._common import (
     Exit,
     Output,
+    batch_option,
     fail,
     json_option,
     limit_option,
@@ -418,13 +419,7 @@ async def _redrive_all(store_url: str, batch: int, out: Output) -> tuple[int, in
     help="Every dead letter there is when the command starts, in batches, with a "
     "progress bar; Ctrl-C stops after the batch in hand (what was redriven stays so).",
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Dead letters per batch with --all.",
-)
+@batch_option("Dead letters per batch with --all.")
 def redrive_command(
     store_url: str, as_json: bool, entry_ids: tuple[str, ...], redrive_all: bool, batch: int
 ) -> None:

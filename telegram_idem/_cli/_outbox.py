@@ -33,6 +33,7 @@ from rich.console import Group
 from telegram_idem._cli._common import (
     Exit,
     Output,
+    batch_option,
     fail,
     json_option,
     limit_option,
@@ -381,14 +382,7 @@ async def _fresh_dead(
     help="Every dead letter (of --bot-id, or of every bot), in batches, with a progress bar.",
 )
 @_bot_id_option("With --all-dead: only this bot's dead letters.")
-@click.option(
-    "--batch",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    metavar="N",
-    help="With --all-dead: entries read per round trip.",
-)
+@batch_option("With --all-dead: entries read per round trip.")
 @store_option
 @json_option
 def redrive(

@@ -10,6 +10,7 @@ import click
 from telegram_idem._cli._common import (
     Exit,
     Output,
+    batch_option,
     json_option,
     open_store,
     progress,
@@ -150,13 +151,7 @@ async def _prefix(url: str, prefix: str, dry_run: bool, yes: bool, batch: int, o
 @click.option("--prefix", metavar="P", help="Delete the records whose key starts with P.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask before deleting by --prefix.")
-@click.option(
-    "--batch",
-    type=click.IntRange(min=1),
-    default=1000,
-    show_default=True,
-    help="Records deleted per batch (--prefix).",
-)
+@batch_option("Records deleted per batch (--prefix).", default=1000)
 @store_option
 @json_option
 def purge(
