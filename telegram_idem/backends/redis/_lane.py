@@ -69,6 +69,7 @@ _SUPPORTED = frozenset(
         "parser_class",
         "event_dispatcher",
         "socket_read_size",
+        "himport_registry",
     }
 )
 
@@ -89,6 +90,17 @@ def pack(args: Sequence[Any]) -> bytes:
         out.append(bytes(arg))
         out.append(b"\r\n")
     return b"".join(out)
+
+
+def _abort(transport: asyncio.Transport) -> None:
+    """Close ``transport`` now, even when its event loop is closed (a store used again
+    under a new loop, as successive ``asyncio.run`` calls do)."""
+    try:
+        transport.abort()
+    except RuntimeError:  # the loop is closed: do what abort() would have scheduled
+        lost = getattr(transport, "_call_connection_lost", None)
+        if lost is not None:
+            lost(None)
 
 
 class _Protocol(asyncio.Protocol):
@@ -129,7 +141,7 @@ class _Protocol(asyncio.Protocol):
             if not future.done():
                 future.set_exception(exc)
         if self.transport is not None:
-            self.transport.abort()
+            _abort(self.transport)
 
     def send(self, data: bytes, count: int) -> list[asyncio.Future[Any]]:
         """Write ``data`` (``count`` commands); the futures of their replies."""
@@ -223,7 +235,7 @@ class Lane:
                 protocol.fail(rexc.ConnectionError(f"Handshake with {self.where} failed"))
                 raise
             for reply in replies:
-                if isinstance(reply, rexc.ResponseError):
+                if isinstance(reply, Exception):
                     protocol.fail(rexc.ConnectionError(f"Handshake with {self.where} failed"))
                     raise reply
         return protocol
@@ -235,7 +247,7 @@ class Lane:
             return protocol
         if self._loop is not loop:  # first use, or a new event loop: the old one is gone
             if protocol is not None and protocol.transport is not None:
-                protocol.transport.abort()
+                _abort(protocol.transport)
             self._protocol, self._loop, self._connecting = None, loop, asyncio.Lock()
         assert self._connecting is not None
         async with self._connecting:
@@ -269,8 +281,8 @@ class Lane:
             args: the command and its arguments.
 
         Raises:
-            redis.exceptions.ResponseError: Redis answered an error (redis-py's subclass
-                for its code, e.g. ``NoScriptError``).
+            redis.exceptions.RedisError: Redis answered an error, as redis-py's parser
+                maps its code (``NoScriptError``, ``AuthenticationError``…).
             redis.exceptions.ConnectionError: the connection could not be made or was
                 lost (the command may have run).
             redis.exceptions.TimeoutError: no connection or no reply within the client's
@@ -278,7 +290,7 @@ class Lane:
         """
         protocol = await self._ready()
         (reply,) = await self._wait(protocol, protocol.send(pack(args), 1))
-        if isinstance(reply, rexc.ResponseError):
+        if isinstance(reply, Exception):  # an error reply, as redis-py's parser maps it
             raise reply
         return reply
 
