@@ -80,16 +80,15 @@ def pack(args: Sequence[Any]) -> bytes:
     Args:
         args: the command and its arguments (``bytes``, ``str``, ``int`` or ``float``).
     """
-    out = [b"*%d\r\n" % len(args)]
+    parts = [b"*%d\r\n" % len(args)]
     for arg in args:
-        if isinstance(arg, str):
+        kind = type(arg)
+        if kind is str:
             arg = arg.encode()
-        elif not isinstance(arg, bytes | bytearray | memoryview):
-            arg = str(arg).encode()
-        out.append(b"$%d\r\n" % len(arg))
-        out.append(bytes(arg))
-        out.append(b"\r\n")
-    return b"".join(out)
+        elif kind is not bytes:
+            arg = bytes(arg) if isinstance(arg, bytearray | memoryview) else str(arg).encode()
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(parts)
 
 
 def _abort(transport: asyncio.Transport) -> None:
@@ -104,14 +103,23 @@ def _abort(transport: asyncio.Transport) -> None:
 
 
 class _Protocol(asyncio.Protocol):
-    """The connection's replies, matched in order with the calls waiting for them."""
+    """The connection's replies, matched in order with the calls waiting for them.
 
-    def __init__(self, where: str) -> None:
+    A timeout is one watchdog per connection, not a timer per call: every call in flight
+    has a deadline (sent + ``timeout``), and the watchdog wakes at the oldest one's. A
+    call still unanswered at its deadline breaks the connection (a later reply could not
+    be matched to its call) and fails every call in flight with ``TimeoutError``.
+    """
+
+    def __init__(self, where: str, timeout: float | None) -> None:
         self.where = where
+        self.timeout = timeout
         self.reader = hiredis.Reader(
             protocolError=rexc.InvalidResponse, replyError=BaseParser.parse_error
         )
         self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.deadlines: collections.deque[float] = collections.deque()
+        self.watchdog: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.broken: Exception | None = None
 
@@ -124,6 +132,8 @@ class _Protocol(asyncio.Protocol):
             self.reader.feed(data)
             while (reply := self.reader.gets()) is not False:
                 future = self.waiting.popleft()
+                if self.timeout is not None:
+                    self.deadlines.popleft()
                 if not future.done():  # a cancelled caller's reply is read and dropped
                     future.set_result(reply)
         except (rexc.InvalidResponse, IndexError) as exc:  # garbage, or an unasked reply
@@ -136,6 +146,10 @@ class _Protocol(asyncio.Protocol):
         """Break the connection: every call in flight raises ``exc``."""
         if self.broken is None:
             self.broken = exc
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        self.deadlines.clear()
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
@@ -144,13 +158,33 @@ class _Protocol(asyncio.Protocol):
             _abort(self.transport)
 
     def send(self, data: bytes, count: int) -> list[asyncio.Future[Any]]:
-        """Write ``data`` (``count`` commands); the futures of their replies."""
-        assert self.transport is not None
+        """Write ``data`` (``count`` commands); the futures of their replies.
+
+        Raises:
+            redis.exceptions.ConnectionError: the connection is broken.
+        """
+        if self.broken is not None or self.transport is None:
+            raise self.broken or rexc.ConnectionError(f"Not connected to {self.where}")
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in range(count)]
         self.waiting.extend(futures)
+        if self.timeout is not None:
+            deadline = loop.time() + self.timeout
+            self.deadlines.extend([deadline] * count)
+            if self.watchdog is None:
+                self.watchdog = loop.call_at(deadline, self._check)
         self.transport.write(data)
         return futures
+
+    def _check(self) -> None:
+        self.watchdog = None
+        if not self.deadlines:
+            return
+        loop = asyncio.get_running_loop()
+        if self.deadlines[0] <= loop.time():
+            self.fail(rexc.TimeoutError(f"Timeout reading from {self.where}"))
+        else:
+            self.watchdog = loop.call_at(self.deadlines[0], self._check)
 
 
 class Lane:
@@ -209,42 +243,42 @@ class Lane:
 
     # ----------------------------------------------------------------- connection
 
+    def _make(self) -> _Protocol:
+        return _Protocol(self.where, self._timeout)
+
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 if self._unix:
-                    _, protocol = await loop.create_unix_connection(
-                        lambda: _Protocol(self.where), self._path
-                    )
+                    _, protocol = await loop.create_unix_connection(self._make, self._path)
                 else:
-                    _, protocol = await loop.create_connection(
-                        lambda: _Protocol(self.where), self._host, self._port
-                    )
+                    _, protocol = await loop.create_connection(self._make, self._host, self._port)
+                if self._handshake:
+                    data = b"".join(pack(command) for command in self._handshake)
+                    try:
+                        replies = await asyncio.gather(*protocol.send(data, len(self._handshake)))
+                    except BaseException:
+                        protocol.fail(rexc.ConnectionError(f"Handshake with {self.where} failed"))
+                        raise
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            protocol.fail(
+                                rexc.ConnectionError(f"Handshake with {self.where} failed")
+                            )
+                            raise reply
         except TimeoutError:
             raise rexc.TimeoutError(f"Timeout connecting to {self.where}") from None
         except OSError as exc:
             raise rexc.ConnectionError(
                 f"Error {exc.errno} connecting to {self.where}. {exc.strerror or exc}"
             ) from exc
-        if self._handshake:
-            data = b"".join(pack(command) for command in self._handshake)
-            try:
-                replies = await self._wait(protocol, protocol.send(data, len(self._handshake)))
-            except BaseException:
-                protocol.fail(rexc.ConnectionError(f"Handshake with {self.where} failed"))
-                raise
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    protocol.fail(rexc.ConnectionError(f"Handshake with {self.where} failed"))
-                    raise reply
         return protocol
 
     async def _ready(self) -> _Protocol:
+        """The live connection, connected (again) if need be: one connect at a time."""
         protocol = self._protocol
         loop = asyncio.get_running_loop()
-        if protocol is not None and protocol.broken is None and self._loop is loop:
-            return protocol
         if self._loop is not loop:  # first use, or a new event loop: the old one is gone
             if protocol is not None and protocol.transport is not None:
                 _abort(protocol.transport)
@@ -256,21 +290,14 @@ class Lane:
                 protocol = self._protocol = await self._connect()
             return protocol
 
-    async def _wait(self, protocol: _Protocol, futures: list[asyncio.Future[Any]]) -> list[Any]:
-        """The replies (``ResponseError`` instances included, not raised); on timeout the
-        connection breaks (a later reply could not be matched to its call)."""
-        try:
-            if len(futures) == 1:
-                if self._timeout is None:
-                    return [await futures[0]]
-                async with asyncio.timeout(self._timeout):
-                    return [await futures[0]]
-            async with asyncio.timeout(self._timeout):
-                return list(await asyncio.gather(*futures))
-        except TimeoutError:
-            error = rexc.TimeoutError(f"Timeout reading from {self.where}")
-            protocol.fail(error)
-            raise error from None
+    def _live(self) -> _Protocol | None:
+        """The connection when it is up and of the running loop (the fast path)."""
+        protocol = self._protocol
+        if protocol is None or protocol.broken is not None:
+            return None
+        if self._loop is not asyncio.get_running_loop():
+            return None
+        return protocol
 
     # ----------------------------------------------------------------- calls
 
@@ -288,8 +315,8 @@ class Lane:
             redis.exceptions.TimeoutError: no connection or no reply within the client's
                 timeouts (the command may have run).
         """
-        protocol = await self._ready()
-        (reply,) = await self._wait(protocol, protocol.send(pack(args), 1))
+        protocol = self._live() or await self._ready()
+        reply = await protocol.send(pack(args), 1)[0]
         if isinstance(reply, Exception):  # an error reply, as redis-py's parser maps it
             raise reply
         return reply
@@ -305,9 +332,9 @@ class Lane:
             redis.exceptions.ConnectionError: as :meth:`call`.
             redis.exceptions.TimeoutError: as :meth:`call`.
         """
-        protocol = await self._ready()
+        protocol = self._live() or await self._ready()
         data = b"".join(pack(command) for command in commands)
-        return await self._wait(protocol, protocol.send(data, len(commands)))
+        return list(await asyncio.gather(*protocol.send(data, len(commands))))
 
     async def close(self) -> None:
         """Close the connection (a later call connects again)."""
