@@ -112,10 +112,12 @@ class ByteCount:
             self.total += len(data)
             original(protocol, data)
 
-        _Protocol.data_received = counting  # type: ignore[method-assign]
+        _Protocol.data_received = counting  # type: ignore[method-assign,assignment]
 
 
-async def timed(sides: list[Side], n: int, runs: int, stats: aredis.Redis, bytes_: ByteCount) -> None:
+async def timed(
+    sides: list[Side], n: int, runs: int, stats: aredis.Redis, bytes_: ByteCount
+) -> None:
     """``n`` calls of each side per run, in 4 chunks whose side order rotates."""
     warm = max(20, n // 10)
     for side in sides:
@@ -166,7 +168,9 @@ def ratio(top: list[float], bottom: list[float]) -> list[float]:
     return [a / b for a, b in zip(top, bottom, strict=True)]
 
 
-async def client_sides(url: str, store: RedisStore, stack: list[Callable[[], Awaitable[None]]]) -> list[Side]:
+async def client_sides(
+    url: str, store: RedisStore, stack: list[Callable[[], Awaitable[None]]]
+) -> list[Side]:
     lane = store.connection.lane
     assert lane is not None, "a redis:// store without the lane"
     key = f"{store.key_prefix}:raw"
@@ -189,14 +193,21 @@ async def client_sides(url: str, store: RedisStore, stack: list[Callable[[], Awa
             "redis-py asyncio, Python parser",
             lambda i: python_parser.set(key, RESULT, nx=True, px=int(PX)),
         ),
-        Side("redis-py sync (Powertools' client)", lambda i: sync_client.set(key, RESULT, nx=True, px=int(PX))),
+        Side(
+            "redis-py sync (Powertools' client)",
+            lambda i: sync_client.set(key, RESULT, nx=True, px=int(PX)),
+        ),
     ]
     try:
         import coredis
 
         co = coredis.Redis.from_url(url)
         await co.__aenter__()
-        stack.append(lambda: co.__aexit__(None, None, None))
+
+        async def close_coredis() -> None:
+            await co.__aexit__(None, None, None)
+
+        stack.append(close_coredis)
         sides.append(
             Side(
                 f"coredis {coredis.__version__}",
@@ -212,7 +223,9 @@ async def client_sides(url: str, store: RedisStore, stack: list[Callable[[], Awa
         glide = await GlideClient.create(GlideClientConfiguration([NodeAddress(host, int(port))]))
         stack.append(glide.close)
         sides.append(
-            Side("valkey-glide", lambda i: glide.custom_command(["SET", key, RESULT, "NX", "PX", PX]))
+            Side(
+                "valkey-glide", lambda i: glide.custom_command(["SET", key, RESULT, "NX", "PX", PX])
+            )
         )
     except ImportError:
         pass
@@ -236,7 +249,10 @@ def call_sides(store: RedisStore, label: str) -> list[Side]:
             await store.claim_many(keys, lease=LEASE, retention=RETENTION)
 
     return [
-        Side(f"{label}: claim (REPLAY)", lambda i: store.claim("done", lease=LEASE, retention=RETENTION)),
+        Side(
+            f"{label}: claim (REPLAY)",
+            lambda i: store.claim("done", lease=LEASE, retention=RETENTION),
+        ),
         Side(f"{label}: claim + complete", p2),
         Side(f"{label}: Idem.run, first execution", lambda i: idem.run(f"run:{label}:{i}", work)),
         Side(f"{label}: Idem.run, replay", lambda i: idem.run("run-done", work)),
@@ -355,23 +371,50 @@ async def bench(args: argparse.Namespace) -> tuple[str, Chart]:
         "",
         *profile,
         "",
-        chart_link("redis-profile", "Wall time of a raw round trip per client and of each store call, "
-                   "against the fast lane's raw round trip"),
+        chart_link(
+            "redis-profile",
+            "Wall time of a raw round trip per client and of each store call, "
+            "against the fast lane's raw round trip",
+        ),
     ]
     chart = Chart(
         "Redis: where the time goes (wall time / the fast lane's raw SET NX)",
         [
-            Panel("One raw SET NX PX, per client / the fast lane's",
-                  [Bar(s.name, statistics.median(r := ratio(s.wall, lane_raw.wall)), min(r), max(r), judged=False) for s in clients]),
-            Panel("Each store call / the fast lane's raw SET NX",
-                  [Bar(s.name, statistics.median(r := ratio(s.wall, lane_raw.wall)), min(r), max(r), judged=False) for s in calls]),
+            Panel(
+                "One raw SET NX PX, per client / the fast lane's",
+                [
+                    Bar(
+                        s.name,
+                        statistics.median(r := ratio(s.wall, lane_raw.wall)),
+                        min(r),
+                        max(r),
+                        judged=False,
+                    )
+                    for s in clients
+                ],
+            ),
+            Panel(
+                "Each store call / the fast lane's raw SET NX",
+                [
+                    Bar(
+                        s.name,
+                        statistics.median(r := ratio(s.wall, lane_raw.wall)),
+                        min(r),
+                        max(r),
+                        judged=False,
+                    )
+                    for s in calls
+                ],
+            ),
         ],
     )
     return "\n".join(lines), chart
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=7, help="runs per figure (default 7)")
     parser.add_argument("--n", type=int, default=300, help="calls per run (default 300)")
     parser.add_argument("--quick", action="store_true", help="3 runs of 100 calls")

@@ -568,10 +568,7 @@ async def p1(t: Target, n: int, runs: int) -> Ratio:
 
 
 def _own_note(what: str, ratio: Ratio, raw: list[float]) -> str:
-    return (
-        f"; {what} against one raw `SET NX PX` on the fast lane ({us(raw)} µs): "
-        f"{ratio.cell()}"
-    )
+    return f"; {what} against one raw `SET NX PX` on the fast lane ({us(raw)} µs): {ratio.cell()}"
 
 
 async def p2(t: Target, n: int, runs: int) -> Ratio:

@@ -19,7 +19,8 @@ result     result or failure bytes (absent = none)
 attempts   how many times the key was acquired
 =========  ===================================================================
 
-and a ``PEXPIRE`` of ``exp - now`` (at least 1 ms) set by every write, so Redis forgets
+and a ``PEXPIRE`` of ``exp - now`` (at least 1 ms) set by every write (a write also
+deletes the absent fields with ``HDEL``, unless no hash was there), so Redis forgets
 the record when its retention ends; a record whose ``exp`` has passed but which Redis
 still holds counts as absent, except that its token still fences (new token = old + 1).
 
