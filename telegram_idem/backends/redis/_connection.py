@@ -214,7 +214,8 @@ class RedisConnection:
     # ----------------------------------------------------------------- round trips
 
     async def run(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """One script (``EVALSHA``, ``EVAL`` on ``NOSCRIPT``), through the gate.
+        """One script (``EVALSHA``, ``EVAL`` on ``NOSCRIPT``): on the fast lane
+        (:attr:`lane`) when there is one, else through the gate on redis-py's client.
 
         Args:
             script: the Lua script.
@@ -222,6 +223,7 @@ class RedisConnection:
             args: its ``ARGV``.
 
         Raises:
+            StoreError: the connection is closed.
             redis.exceptions.RedisError: untranslated (:meth:`call` translates), or the
                 library error of a failed discovery.
         """

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,13 +48,14 @@ _SUPPORTED = frozenset(
         "socket_timeout",
         "socket_connect_timeout",
         "client_name",
+        "socket_keepalive",
         # what the lane does not need: redis-py's own retries (the store's clients never
-        # retry), keepalive, health checks (a dead connection fails its calls, the next
-        # call reconnects), encoding (replies stay bytes), the pool size (one connection)
+        # retry), health checks (a closed connection is noticed when it closes; a dead
+        # peer fails the calls in flight at socket_timeout, and the next call
+        # reconnects), encoding (replies stay bytes), the pool size (one connection)
         "retry",
         "retry_on_error",
         "retry_on_timeout",
-        "socket_keepalive",
         "socket_keepalive_options",
         "health_check_interval",
         "encoding",
@@ -205,6 +207,7 @@ class Lane:
         self._connect_timeout: float | None = kwargs.get("socket_connect_timeout")
         if self._connect_timeout is None:
             self._connect_timeout = self._timeout
+        self._keepalive = bool(kwargs.get("socket_keepalive"))
         self._handshake: list[list[Any]] = []
         password, username = kwargs.get("password"), kwargs.get("username")
         if password is not None:
@@ -254,6 +257,9 @@ class Lane:
                     _, protocol = await loop.create_unix_connection(self._make, self._path)
                 else:
                     _, protocol = await loop.create_connection(self._make, self._host, self._port)
+                    if self._keepalive and protocol.transport is not None:
+                        sock = protocol.transport.get_extra_info("socket")
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 if self._handshake:
                     data = b"".join(pack(command) for command in self._handshake)
                     try:
