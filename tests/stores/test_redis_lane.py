@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from fixtures_redis import redis_base_url, with_option
+from fixtures_redis import private_redis_server, redis_base_url, with_option
 from redis.asyncio import Redis
 
 from telegram_idem import Outcome, StoreError
@@ -160,3 +160,37 @@ def test_a_store_used_from_a_new_event_loop_connects_again(
     assert asyncio.run(claim("second")) is Outcome.ACQUIRED
     assert asyncio.run(claim("first")) is Outcome.IN_PROGRESS
     asyncio.run(store.close())
+
+
+@pytest.fixture
+def private_port() -> Iterator[int]:
+    """A redis-server of this module's own (its scripts are flushed)."""
+    yield from private_redis_server("idem-redis-lane-test-")
+
+
+async def test_scripts_flushed_on_the_server_run_again_single_and_pipelined(
+    private_port: int,
+) -> None:
+    """NOSCRIPT on the lane: one call and a pipeline of them (records() reads each
+    record with one script per key) are sent again as EVAL and answer."""
+    store = RedisStore(f"redis://127.0.0.1:{private_port}/0?key_prefix=lane")
+    admin = Redis(port=private_port)
+    try:
+        assert store.connection.lane is not None
+        for key in ("lane-a", "lane-b"):
+            claim = await store.claim(key, lease=LEASE, retention=RETENTION)
+            await store.complete(key, claim.token, key.encode(), retention=RETENTION)
+        await admin.script_flush()
+        record = await store.get("lane-a")
+        assert record is not None and record.result == b"lane-a"
+        await admin.script_flush()
+        records = await store.records(prefix="lane-")
+        assert sorted((r.key, r.result) for r in records) == [
+            ("lane-a", b"lane-a"),
+            ("lane-b", b"lane-b"),
+        ]
+        stats = await admin.info("commandstats")
+        assert stats["cmdstat_eval"]["calls"] >= 2
+    finally:
+        await store.close()
+        await admin.aclose()
