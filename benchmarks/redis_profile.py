@@ -88,17 +88,17 @@ class Side:
     reply_bytes: list[float] = field(default_factory=list)
 
 
-async def commandstats(client: aredis.Redis) -> tuple[int, int, float]:
-    """(scripts run, other commands, server µs) so far, the INFO calls left out. A
-    script's own calls (``HMGET``, ``HSET``…) count as other commands; the server's time
-    is the scripts' (which includes their calls') when any ran, else the commands'."""
+async def commandstats(client: aredis.Redis) -> tuple[int, int, float, float]:
+    """(scripts run, other commands, the scripts' server µs, the others' server µs) so
+    far, the INFO calls left out. A script's own calls (``HMGET``, ``HSET``…) count as
+    other commands, and the script's time includes theirs."""
     info = await client.info("commandstats")
     scripted = {"cmdstat_evalsha", "cmdstat_eval"}
     scripts = sum(int(v["calls"]) for k, v in info.items() if k in scripted)
     script_us = sum(float(v["usec"]) for k, v in info.items() if k in scripted)
     others = [v for k, v in info.items() if k not in scripted and k != "cmdstat_info"]
     calls = sum(int(v["calls"]) for v in others)
-    return scripts, calls, script_us if scripts else sum(float(v["usec"]) for v in others)
+    return scripts, calls, script_us, sum(float(v["usec"]) for v in others)
 
 
 class ByteCount:
@@ -133,7 +133,7 @@ async def timed(
         for j in range(chunks):
             for k in range(len(sides)):
                 side = sides[(j + k) % len(sides)]
-                scripts0, calls0, usec0 = await commandstats(stats)
+                scripts0, calls0, script_us0, other_us0 = await commandstats(stats)
                 bytes0 = bytes_.total
                 start, cpu0 = time.perf_counter(), time.process_time()
                 for i in range(bounds[j], bounds[j + 1]):
@@ -141,13 +141,14 @@ async def timed(
                     if inspect.isawaitable(out):
                         await out
                 wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-                scripts1, calls1, usec1 = await commandstats(stats)
+                scripts1, calls1, script_us1, other_us1 = await commandstats(stats)
                 t = totals[side.name]
                 t[0] += wall
                 t[1] += cpu
                 t[2] += scripts1 - scripts0
                 t[3] += calls1 - calls0
-                t[4] += usec1 - usec0
+                # the server's time: the scripts' when any ran (it includes their calls')
+                t[4] += script_us1 - script_us0 if scripts1 > scripts0 else other_us1 - other_us0
                 t[5] += bytes_.total - bytes0
         for side in sides:
             wall, cpu, scripts, calls, usec, nbytes = totals[side.name]
@@ -314,7 +315,8 @@ async def bench(args: argparse.Namespace) -> tuple[str, Chart]:
         clients = await client_sides(url, lane_store, closers)
         await timed(clients, args.n, args.runs, stats, byte_count)
         print("store calls …", flush=True)
-        calls = call_sides(lane_store, "lane") + call_sides(redis_py_store, "redis-py")
+        baseline = Side("(baseline) raw SET NX PX on the fast lane", clients[0].step)
+        calls = [baseline, *call_sides(lane_store, "lane"), *call_sides(redis_py_store, "redis-py")]
         await timed(calls, args.n, args.runs, stats, byte_count)
         print("profile …", flush=True)
         profile = await profile_run(lane_store, args.n * 4)
@@ -353,15 +355,17 @@ async def bench(args: argparse.Namespace) -> tuple[str, Chart]:
         "**Each store call** (the same store code; `lane` = a store made from its URL, "
         "`redis-py` = the same store over a `redis.asyncio.Redis` passed in):",
         "",
-        "| call | wall µs | CPU µs | scripts (round trips) | commands inside | Redis server µs "
-        "| reply bytes |",
-        "|---|---|---|---|---|---|---|",
+        "| call | wall µs | CPU µs | wall / raw SET on the lane | scripts (round trips) "
+        "| commands inside | Redis server µs | reply bytes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for side in calls:
-        nbytes = cell(side.reply_bytes, 0) if side.name.startswith("lane") else "–"
+        on_lane = side.name.startswith(("lane", "(baseline)"))
+        nbytes = cell(side.reply_bytes, 0) if on_lane else "–"
         lines.append(
-            f"| {side.name} | {cell(side.wall)} | {cell(side.cpu)} | "
-            f"{statistics.median(side.scripts):.2f} | {statistics.median(side.commands):.2f} "
+            f"| {side.name} | {cell(side.wall)} | {cell(side.cpu)} "
+            f"| {cell(ratio(side.wall, baseline.wall), 2)} "
+            f"| {statistics.median(side.scripts):.2f} | {statistics.median(side.commands):.2f} "
             f"| {cell(side.server_us)} | {nbytes} |"
         )
     lines += [
@@ -398,12 +402,12 @@ async def bench(args: argparse.Namespace) -> tuple[str, Chart]:
                 [
                     Bar(
                         s.name,
-                        statistics.median(r := ratio(s.wall, lane_raw.wall)),
+                        statistics.median(r := ratio(s.wall, baseline.wall)),
                         min(r),
                         max(r),
                         judged=False,
                     )
-                    for s in calls
+                    for s in calls[1:]
                 ],
             ),
         ],
