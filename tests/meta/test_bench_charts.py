@@ -137,7 +137,13 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
                 assert len(node.args) + len(node.keywords) == 3, (
                     f"{script.name} writes a section without its chart"
                 )
-    assert sorted(writers) == ["ingress.py", "joined.py", "outbound.py", "stores.py"]
+    assert sorted(writers) == [
+        "ingress.py",
+        "joined.py",
+        "outbound.py",
+        "redis_profile.py",
+        "stores.py",
+    ]
 
 
 def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -> None:

@@ -40,8 +40,11 @@ Clients the store makes never resend a command after a connection error or timeo
 (``retries=0``): a script whose reply was lost may have run, and running a claim twice
 would turn the caller's own acquisition into "in progress". The error reaches the
 caller as :class:`~telegram_idem.errors.StoreError` instead, and the next call
-reconnects. Calls beyond ``max_connections`` wait for a free connection (redis-py's
-pools would refuse them).
+reconnects. On a single node without TLS, a store made from its URL sends its scripts
+on a fast lane of its own: one pipelined connection that every concurrent call shares,
+replies read with hiredis, redis-py's exception classes (docs/store-redis.md#the-fast-lane);
+a cluster, TLS and a client passed in take redis-py's path, where calls beyond
+``max_connections`` wait for a free connection (redis-py's pools would refuse them).
 
 Errors (every message names the store's host, port and database, never the password,
 and carries redis-py's own message):

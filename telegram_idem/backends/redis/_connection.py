@@ -40,6 +40,7 @@ from telegram_idem.backends.redis._errors import (
     translate,
 )
 from telegram_idem.backends.redis._keys import KeyLayout
+from telegram_idem.backends.redis._lane import Lane
 from telegram_idem.backends.redis._scripts import Script
 from telegram_idem.backends.redis._url import RedisClient
 from telegram_idem.errors import ConfigurationError, IdemError, StoreError
@@ -118,6 +119,9 @@ class RedisConnection:
         self._closed = False
         self._discovered = False
         self._gate = asyncio.Semaphore(_pool_size(client))
+        self.lane = Lane.for_client(client) if owns_client else None
+        """The fast lane the scripts take (:mod:`telegram_idem.backends.redis._lane`), or
+        ``None``: a cluster, TLS, or a client passed in (redis-py's path, as configured)."""
 
     def __repr__(self) -> str:
         return f"RedisConnection({self.label})"
@@ -210,7 +214,8 @@ class RedisConnection:
     # ----------------------------------------------------------------- round trips
 
     async def run(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """One script (``EVALSHA``, ``EVAL`` on ``NOSCRIPT``), through the gate.
+        """One script (``EVALSHA``, ``EVAL`` on ``NOSCRIPT``): on the fast lane
+        (:attr:`lane`) when there is one, else through the gate on redis-py's client.
 
         Args:
             script: the Lua script.
@@ -218,9 +223,18 @@ class RedisConnection:
             args: its ``ARGV``.
 
         Raises:
+            StoreError: the connection is closed.
             redis.exceptions.RedisError: untranslated (:meth:`call` translates), or the
                 library error of a failed discovery.
         """
+        lane = self.lane
+        if lane is not None:
+            if self._closed:
+                raise StoreError(f"{self.label} is closed")
+            try:
+                return await lane.call("EVALSHA", script.sha, len(keys), *keys, *args)
+            except rexc.NoScriptError:
+                return await lane.call("EVAL", script.source, len(keys), *keys, *args)
         await self.ready()
         try:
             async with self._gate:
@@ -307,6 +321,10 @@ class RedisConnection:
             batches: the ``KEYS`` of each run.
             args: the ``ARGV`` of every run.
         """
+        if self.lane is not None:
+            return await self.lane.pipeline(
+                [(command, script, len(batch), *batch, *args) for batch in batches]
+            )
         if isinstance(self.client, RedisCluster):
             pipe: Any = self.client.pipeline()
         else:
@@ -337,5 +355,7 @@ class RedisConnection:
         if self._closed:
             return
         self._closed = True
+        if self.lane is not None:
+            await self.lane.close()
         if self._owns_client:
             await self.client.aclose()

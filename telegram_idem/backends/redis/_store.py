@@ -27,7 +27,7 @@ from telegram_idem.backends.redis._flood import RedisFloodBudget
 from telegram_idem.backends.redis._inbox import RedisInbox
 from telegram_idem.backends.redis._ledger import RedisLedger
 from telegram_idem.backends.redis._outbox import RedisOutbox
-from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, record_of, text
+from telegram_idem.backends.redis._scripts import SCRIPTS, absent, ms, record_of
 from telegram_idem.backends.redis._url import SCHEMES, RedisClient, client_from_url
 from telegram_idem.errors import IdemError
 from telegram_idem.flood import FloodBudget
@@ -45,8 +45,14 @@ _GET = SCRIPTS["get"]
 _NOW = SCRIPTS["now"]
 
 
+_OUTCOME: dict[bytes | str, Outcome] = {
+    **{outcome.value.encode(): outcome for outcome in Outcome},
+    **{outcome.value: outcome for outcome in Outcome},
+}
+
+
 def _claim_of(key: str, row: Sequence[Any]) -> Claim:
-    return Claim(Outcome(text(row[0])), record_of(key, row))
+    return Claim(_OUTCOME[row[0]], record_of(key, row))
 
 
 def _claim_args(

@@ -12,9 +12,9 @@ end
 
 local out = {}
 for i, key in ipairs(KEYS) do
-  local outcome, r, write = decide_claim(key, now, lease, retention, fp)
+  local outcome, r, write, fresh = decide_claim(key, now, lease, retention, fp)
   if write then
-    save(key, r, now)
+    save(key, r, now, fresh)
   end
   out[i] = reply(outcome, r)
 end

@@ -1,5 +1,6 @@
 -- After record.lua: the claim decision, shared by claim.lua and inbox_admit.lua.
--- decide_claim(key, now, lease_ms, retention_ms, fp|false) -> outcome, record, write?
+-- decide_claim(key, now, lease_ms, retention_ms, fp|false) -> outcome, record, write?,
+-- fresh? (no hash was there: saving it deletes no field)
 -- The claim table of machine.decide_claim; the caller saves the record when write is true
 -- (the inbox's admission completes it first).
 local function decide_claim(key, now, lease, retention, fp)
@@ -11,7 +12,8 @@ local function decide_claim(key, now, lease, retention, fp)
       token = old.token + 1
     end
     return 'acquired', {status = 'in_progress', token = token, lease = now + lease,
-                        exp = now + retention, fp = fp, result = false, attempts = 1}, true
+                        exp = now + retention, fp = fp, result = false, attempts = 1}, true,
+           old == nil
   end
   if fp and old.fp and old.fp ~= fp then
     return 'conflict', old, false

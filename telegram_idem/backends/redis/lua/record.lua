@@ -24,7 +24,8 @@ local function load(key)
           exp = tonumber(v[4]), fp = v[5], result = v[6], attempts = tonumber(v[7])}
 end
 
-local function save(key, r, now)
+-- save(key, r, now[, fresh]): fresh = no hash was there, so no field needs deleting.
+local function save(key, r, now, fresh)
   local set = {'status', r.status, 'token', fmt(r.token), 'lease', fmt(r.lease),
                'exp', fmt(r.exp), 'attempts', fmt(r.attempts)}
   local gone = {}
@@ -41,7 +42,7 @@ local function save(key, r, now)
     gone[#gone + 1] = 'result'
   end
   redis.call('HSET', key, unpack(set))
-  if #gone > 0 then
+  if #gone > 0 and not fresh then
     redis.call('HDEL', key, unpack(gone))
   end
   redis.call('PEXPIRE', key, fmt(math.max(r.exp - now, 1)))
