@@ -14,14 +14,17 @@ Every role runs the same handler work: one ``INCR`` of ``counter`` on the Redis 
 ``redis`` (the effect, and the count the benchmark reads). In ``worker`` the effect is an
 ``@idempotent`` action (claim + completion in the shape's store), so a re-run of an update
 never counts twice. A process prints ``ready`` on stdout when it serves (or takes), and
-stops on SIGTERM.
+stops on SIGTERM; with ``SCALING_PROFILE=DIR`` it runs under cProfile
+(``benchmarks/scaling.py --profile DIR``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -111,7 +114,9 @@ async def worker(config: dict[str, Any]) -> None:
     key = config["counter"]
     idem = Idem(open_store(config["spec"]))
 
-    @idempotent(key="scaling:{update_id}")
+    # "wait", as behind every inbox (docs/deploy-webhook.md): a retaken entry waits out
+    # a dead holder's claim instead of dropping the update.
+    @idempotent(key="scaling:{update_id}", in_progress="wait")
     async def count() -> int:
         return int(await counter.incr(key))
 
@@ -147,9 +152,21 @@ ROLES = {"baseline": baseline, "ingress": ingress, "worker": worker}
 
 
 def main() -> None:
+    """Run the role; with ``SCALING_PROFILE=DIR`` under cProfile, the statistics written
+    to ``DIR/<role>-<pid>.prof`` when the process stops."""
     role, config = sys.argv[1], json.loads(sys.argv[2])
     logging.basicConfig(level=logging.WARNING, format=f"{role} %(name)s %(levelname)s %(message)s")
-    asyncio.run(ROLES[role](config))
+    profile_dir = os.environ.get("SCALING_PROFILE")
+    if not profile_dir:
+        asyncio.run(ROLES[role](config))
+        return
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        asyncio.run(ROLES[role](config))
+    finally:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(profile_dir, f"{role}-{os.getpid()}.prof"))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ class Shape:
         missing: ``() -> str | None``: why the shape cannot run here, or ``None``.
         setup: ``(tag) -> spec``: make the run's resources; the spec reaches every child.
         teardown: ``(spec) -> None``: remove them (never raises).
+        server: ``(spec, updates) -> str | None``: what the store's servers did per
+            update processed (``updates`` in all, warm-ups included), before teardown.
     """
 
     name: str
@@ -65,6 +67,7 @@ class Shape:
     missing: Callable[[], str | None]
     setup: Callable[[str], Spec]
     teardown: Callable[[Spec], None]
+    server: Callable[[Spec, int], str | None] = lambda _spec, _updates: None
 
 
 # ---------------------------------------------------------------- postgres
@@ -90,7 +93,7 @@ def _pg_url(prefix: str) -> str:
 
 
 def _pg_setup(tag: str) -> Spec:
-    prefix = f"scaling_{tag}"
+    prefix = f"scaling_{tag}"  # the shapes' tags differ in their last part: _pg, _js
     asyncio.run(_pg_create(_pg_url(prefix)))
     return {"shape": "postgres", "url": _pg_url(prefix), "prefix": prefix}
 
@@ -103,6 +106,35 @@ async def _pg_create(url: str) -> None:
         await store.inbox().depth()
     finally:
         await store.close()
+
+
+def _pg_server(spec: Spec, updates: int) -> str | None:
+    try:
+        rows = asyncio.run(_pg_rows(spec["prefix"]))
+    except Exception as exc:
+        return f"table statistics unavailable: {exc!r}"
+    if not updates:
+        return None
+    ins, upd, dele = (sum(r[i] for r in rows) / updates for i in range(3))
+    return (
+        f"rows per update in the store's tables (`pg_stat_user_tables`): {ins:.1f} inserted, "
+        f"{upd:.1f} updated, {dele:.1f} deleted"
+    )
+
+
+async def _pg_rows(prefix: str) -> list[tuple[int, int, int]]:
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=3)
+    try:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        rows = await conn.fetch(
+            "SELECT n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE relname LIKE $1",
+            prefix.replace("_", "\\_") + "\\_%",
+        )
+    finally:
+        await conn.close()
+    return [(int(r[0]), int(r[1]), int(r[2])) for r in rows]
 
 
 def _pg_teardown(spec: Spec) -> None:
@@ -157,6 +189,8 @@ def _cluster_setup(tag: str) -> Spec:
     except BaseException:
         services.stop_services(started)
         raise
+    for port in started.redis_ports:  # commandstats count this run only
+        _node(port).config_resetstat()
     url = with_query(started.redis_cluster_url, key_prefix=f"scaling-{tag}")
     return {
         "shape": "redis-cluster",
@@ -165,6 +199,37 @@ def _cluster_setup(tag: str) -> Spec:
         "ports": started.redis_ports,
         "pids": started.redis_pids,
     }
+
+
+def _node(port: int) -> Any:
+    from redis import Redis
+
+    return Redis(host="127.0.0.1", port=port, socket_timeout=5)
+
+
+def _cluster_server(spec: Spec, updates: int) -> str | None:
+    if not updates:
+        return None
+    scripts: list[int] = []
+    usec: list[int] = []
+    for port in spec["ports"]:
+        with _node(port) as node:
+            stats = node.info("commandstats")
+        scripts.append(
+            sum(
+                int(v["calls"])
+                for k, v in stats.items()
+                if k.startswith(("cmdstat_evalsha", "cmdstat_eval"))
+            )
+        )
+        usec.append(sum(int(v["usec"]) for v in stats.values()))
+    total = sum(usec) or 1
+    shares = " / ".join(f"{u / total:.0%}" for u in usec)
+    return (
+        f"{sum(scripts) / updates:.1f} scripts and {sum(usec) / updates:.0f} µs of Redis "
+        f"server time per update, all masters together (`INFO commandstats`); the masters' "
+        f"shares of that time: {shares}"
+    )
 
 
 def _cluster_teardown(spec: Spec) -> None:
@@ -237,15 +302,30 @@ async def _js_delete(stream: str) -> None:
 SHAPES: dict[str, Shape] = {
     shape.name: shape
     for shape in (
-        Shape("postgres", "PostgreSQL", _pg_missing, _pg_setup, _pg_teardown),
+        Shape(
+            "postgres",
+            "PostgreSQL",
+            _pg_missing,
+            lambda tag: _pg_setup(f"{tag}_pg"),
+            _pg_teardown,
+            _pg_server,
+        ),
         Shape(
             "redis-cluster",
             "Redis Cluster (3 masters)",
             _cluster_missing,
             _cluster_setup,
             _cluster_teardown,
+            _cluster_server,
         ),
-        Shape("jetstream", "JetStream (+ PostgreSQL claims)", _js_missing, _js_setup, _js_teardown),
+        Shape(
+            "jetstream",
+            "JetStream (+ PostgreSQL claims)",
+            _js_missing,
+            _js_setup,
+            _js_teardown,
+            _pg_server,
+        ),
     )
 }
 """Every inbox shape, in the order the tables list them."""

@@ -2,7 +2,8 @@
 inbox shape, against aiogram's own webhook handler with no guard.
 
     .venv/bin/python benchmarks/scaling.py [--quick] [--procs 1,2,4] [--runs 3]
-        [--updates 2000] [--shapes postgres,redis-cluster,jetstream] [--note TEXT]
+        [--updates 1500] [--shapes postgres,redis-cluster,jetstream] [--note TEXT]
+        [--profile DIR] [--no-write]
 
 Ours, per shape (``benchmarks/_scaling_shapes.py``: PostgreSQL; Redis Cluster, 3
 masters started by the run on free ports; JetStream when ``telegram_idem.backends.nats``
@@ -160,6 +161,7 @@ def report(
     results: dict[int, dict[str, list[Burst]]],
     labels: dict[str, str],
     skipped: list[str],
+    notes: list[str],
     args: argparse.Namespace,
     seconds: float,
     load: tuple[str, str],
@@ -248,6 +250,9 @@ def report(
         "all answered 200 (the ingress's pace); above *ours updates/s* when the workers, not "
         "the ingress, set the pace (the inbox holds the backlog).",
     ]
+    if notes:
+        lines += ["", "What the store servers did (whole run, warm-ups included):", ""]
+        lines += [f"- {note}" for note in notes]
     chart = Chart(
         "Scaling: ours / unguarded aiogram at the same process count",
         [
@@ -271,7 +276,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 and 2 processes, 1 short run")
     parser.add_argument("--procs", help="worker process counts (default 1,2,4; quick 1,2)")
     parser.add_argument("--runs", type=int, help="rounds (default 3; quick 1)")
-    parser.add_argument("--updates", type=int, help="updates per burst (default 2000; quick 800)")
+    parser.add_argument("--updates", type=int, help="updates per burst (default 1500; quick 800)")
     parser.add_argument("--warmup", type=int, help="updates of the warm-up burst (200; quick 150)")
     parser.add_argument("--in-flight", type=int, default=64, help="requests the load keeps open")
     parser.add_argument("--chats", type=int, default=1000, help="chats the updates come from")
@@ -279,8 +284,18 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="inbox shapes to measure")
     parser.add_argument("--note", default="", help="what else ran meanwhile (printed)")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run every bot process under cProfile, statistics into DIR/<role>-<pid>.prof "
+        "(implies --no-write: profiled figures are not the product's)",
+    )
     args = parser.parse_args()
-    defaults = ("1,2", 1, 800, 150) if args.quick else ("1,2,4", 3, 2000, 200)
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ["SCALING_PROFILE"] = os.path.abspath(args.profile)
+        args.no_write = True
+    defaults = ("1,2", 1, 800, 150) if args.quick else ("1,2,4", 3, 1500, 200)
     for option, default in zip(("procs", "runs", "updates", "warmup"), defaults, strict=True):
         if getattr(args, option) is None:
             setattr(args, option, default)
@@ -297,6 +312,7 @@ def main() -> None:
     specs: dict[str, Spec] = {}
     labels: dict[str, str] = {}
     skipped: list[str] = []
+    notes: list[str] = []
     try:
         for name in args.shapes.split(","):
             shape = SHAPES[name]
@@ -308,6 +324,11 @@ def main() -> None:
             specs[name] = shape.setup(TAG)
             labels[name] = shape.label
         results = run_all(counts, specs, args, redis)
+        per_shape = args.warmup + args.runs * len(counts) * args.updates
+        for name, spec in specs.items():
+            note = SHAPES[name].server(spec, per_shape)
+            if note:
+                notes.append(f"{labels[name]}: {note}")
     finally:
         for name, spec in specs.items():
             SHAPES[name].teardown(spec)
@@ -316,7 +337,13 @@ def main() -> None:
             redis.delete(*keys)
         redis.close()
     table = report(
-        results, labels, skipped, args, time.monotonic() - started, (load_start, _load_average())
+        results,
+        labels,
+        skipped,
+        notes,
+        args,
+        time.monotonic() - started,
+        (load_start, _load_average()),
     )
     print(table)
 
