@@ -142,6 +142,7 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
         "joined.py",
         "outbound.py",
         "redis_profile.py",
+        "scaling.py",
         "stores.py",
     ]
 
@@ -152,8 +153,15 @@ def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -
     assert shown, "docs/performance.md shows no chart"
     for link in shown:
         assert png_size(ROOT / "docs" / link)[0] == 900, link
-    sections = re.findall(r"<!-- (\w+):begin -->(.*?)<!-- \1:end -->", text, flags=re.S)
-    assert {name for name, _ in sections} == {"ingress", "stores", "outbound", "joined"}
+    sections = re.findall(r"<!-- ([\w-]+):begin -->(.*?)<!-- \1:end -->", text, flags=re.S)
+    assert {name for name, _ in sections} == {
+        "ingress",
+        "stores",
+        "outbound",
+        "joined",
+        "redis-profile",
+        "scaling",
+    }
     for name, body in sections:
         assert f"(img/bench/{name}.png)" in body, f"section {name} shows no chart"
     drawn = {f"img/bench/{p.name}" for p in (ROOT / "docs" / "img" / "bench").glob("*.png")}
