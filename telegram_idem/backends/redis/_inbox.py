@@ -98,7 +98,10 @@ above can be admitted (anything else raises
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from redis.crc import key_slot
 
 from telegram_idem import _inbox_logic as logic
 from telegram_idem._text import storable_text
@@ -110,7 +113,13 @@ from telegram_idem.errors import ConfigurationError
 from telegram_idem.inbox import EntryStatus, Inbox, InboxEntry, InboxStats, NewEntry, UnitBacklog
 from telegram_idem.ledger import check_limit
 
-__all__ = ["ENTRIES_BUDGET", "RedisInbox"]
+__all__ = ["ADMISSION_LEASE", "ENTRIES_BUDGET", "RedisInbox"]
+
+ADMISSION_LEASE = 10.0
+"""Seconds: the lease a sharded inbox's admission claims the update guard with (step 1),
+at most the retention. An admission that dies before completing the guard leaves a claim
+whose lease ends this long after; Telegram's redelivery is answered "not yet" until
+then, and taken over after."""
 
 ENTRIES_BUDGET = 500
 """Most members of each sorted set one ``entries`` script reads (a listing is several
@@ -126,6 +135,28 @@ _REDRIVE = SCRIPTS["inbox_redrive"]
 _DEAD_LETTERS = SCRIPTS["inbox_dead_letters"]
 _DROP = SCRIPTS["inbox_drop"]
 _READ = SCRIPTS["inbox_read"]
+_GUARD = SCRIPTS["inbox_guard"]
+_SEQ = SCRIPTS["inbox_seq"]
+_WRITE = SCRIPTS["inbox_write"]
+
+Call = tuple[Script, list[bytes], list[Any]]
+"""One script run in a pipeline: ``(script, KEYS, ARGV)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Shard:
+    """One shard of the inbox: its key base and the keys every script declares."""
+
+    base: str
+    keys: list[bytes]
+
+    @classmethod
+    def at(cls, base: str) -> _Shard:
+        return cls(base, [f"{base}{name}".encode() for name in _FIXED])
+
+
+def _by_seq(rows: Sequence[InboxEntry]) -> list[InboxEntry]:
+    return sorted(rows, key=lambda e: e.seq)
 
 
 def _entry(row: Sequence[Any]) -> InboxEntry:
@@ -152,26 +183,59 @@ class RedisInbox(Inbox):
 
     Args:
         connection: the connection of the records store whose update guard records
-            admission writes (``RedisStore.connection``): its client, keys, clock, gate
-            and error translation.
+            admission writes (``RedisStore.connection``): its client, keys (and so the
+            number of shards, ``connection.keys.inbox_shards``), clock, gate and error
+            translation.
     """
 
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
-        self.base = connection.keys.inbox_prefix
-        """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:``."""
+        layout = connection.keys
+        self.base = layout.inbox_prefix
+        """The start of the one-shard inbox's keys, ``<key_prefix>:{<key_prefix>:inbox}:``
+        (a sharded inbox keeps its store-wide ``seq`` there)."""
+        self.shards = layout.inbox_shards
+        """How many shards admission spreads entries over (1: the one-slot layout)."""
         self._keys = [self.key(name).encode() for name in _FIXED]
+        self._legacy = _Shard.at(self.base)
+        self._shards = [_Shard.at(layout.inbox_shard_prefix(i)) for i in range(self.shards)]
+        # Every place entries may be: the shards, and for a sharded inbox the one-slot
+        # inbox of an earlier layout last (read and drained, never admitted to).
+        self._places = self._shards + ([self._legacy] if layout.sharded else [])
+        self._seq_key = [self.key("seq").encode()]
 
     def __repr__(self) -> str:
-        return f"RedisInbox({self.connection.label})"
+        return f"RedisInbox({self.connection.label}, shards={self.shards})"
 
     def key(self, name: str) -> str:
-        """The Redis key ``T:<name>`` (``seq``, ``live``, ``e:<id>``, ``k:<okey>``…).
+        """The Redis key ``T:<name>`` of the one-shard layout (``seq``, ``live``,
+        ``e:<id>``, ``k:<okey>``…).
 
         Args:
             name: the key's name inside the inbox (``seq``, ``live``, ``e:<id>``…).
         """
         return f"{self.base}{name}"
+
+    def shard_key(self, shard: int, name: str) -> str:
+        """The Redis key ``<name>`` of shard ``shard`` (with one shard: :meth:`key`).
+
+        Args:
+            shard: from 0 to ``shards - 1``.
+            name: the key's name inside the shard (``live``, ``e:<id>``…).
+        """
+        return f"{self._shards[shard].base}{name}"
+
+    def shard_of(self, ordering_key: str) -> int:
+        """The shard of an ordering key (:meth:`KeyLayout.inbox_shard
+        <telegram_idem.backends.redis.KeyLayout.inbox_shard>`).
+
+        Args:
+            ordering_key: the entry's ordering unit.
+        """
+        return self.connection.keys.inbox_shard(ordering_key)
+
+    def _call(self, place: _Shard, script: Script, args: Sequence[Any]) -> Call:
+        return (script, place.keys, [self.connection.now_arg(), place.base, *args])
 
     async def _script(
         self, op: str, script: Script, args: Sequence[Any], extra_keys: Sequence[bytes] = ()
@@ -181,6 +245,21 @@ class RedisInbox(Inbox):
         argv = [connection.now_arg(), self.base, *args]
         return await connection.call(f"inbox.{op}", lambda: connection.run(script, keys, argv))
 
+    async def _one(self, op: str, place: _Shard, script: Script, args: Sequence[Any]) -> Any:
+        connection = self.connection
+        s, keys, argv = self._call(place, script, args)
+        return await connection.call(f"inbox.{op}", lambda: connection.run(s, keys, argv))
+
+    async def _each(self, op: str, calls: Sequence[Call]) -> list[Any]:
+        connection = self.connection
+        return await connection.call(f"inbox.{op}", lambda: connection.run_each(calls))
+
+    async def _everywhere(self, op: str, script: Script, args: Sequence[Any]) -> list[Any]:
+        """``script`` on every place entries may be, in one pipeline: answers in order."""
+        return await self._each(op, [self._call(p, script, args) for p in self._places])
+
+    # ----------------------------------------------------------------- admission
+
     async def admit(self, entry: NewEntry, *, retention: float) -> bool:
         [admitted] = await self.admit_many([entry], retention=retention)
         return admitted
@@ -188,6 +267,8 @@ class RedisInbox(Inbox):
     async def admit_many(self, entries: Sequence[NewEntry], *, retention: float) -> list[bool]:
         if not entries:
             return []
+        if self.connection.keys.sharded:
+            return await self._admit_sharded(entries, ms(retention, "retention"))
         guards: list[bytes] = []
         args: list[Any] = [str(ms(retention, "retention"))]
         layout = self.connection.keys
@@ -203,9 +284,94 @@ class RedisInbox(Inbox):
         answers = await self._script("admit", _ADMIT, args, guards)
         return [bool(a) for a in answers]
 
+    def _guard_groups(self, guards: Sequence[bytes], wanted: Sequence[int]) -> list[list[int]]:
+        """The indexes ``wanted`` of ``guards`` by slot on a cluster (one script each),
+        all in one group on a single node."""
+        if not self.connection.cluster:
+            return [list(wanted)] if wanted else []
+        groups: dict[int, list[int]] = {}
+        for i in wanted:
+            groups.setdefault(key_slot(guards[i]), []).append(i)
+        return list(groups.values())
+
+    async def _admit_sharded(self, entries: Sequence[NewEntry], retention_ms: int) -> list[bool]:
+        """Admission in three steps (the crash windows: module docstring): claim each
+        guard with a short lease, reserving seqs store-wide alongside; write the entries
+        in their shards; complete the guards whose entry is in."""
+        connection = self.connection
+        layout = connection.keys
+        now = connection.now_arg()
+        guards = [layout.record(e.update_key).encode() for e in entries]
+        lease_ms = min(ms(ADMISSION_LEASE, "lease"), retention_ms)
+        groups = self._guard_groups(guards, range(len(entries)))
+        claim_args = [now, "claim", str(lease_ms), str(retention_ms)]
+        calls: list[Call] = [(_GUARD, [guards[i] for i in g], claim_args) for g in groups]
+        calls.append((_SEQ, self._seq_key, [str(len(entries))]))
+        *claimed, last_seq = await self._each("admit", calls)
+        first_seq = int(last_seq) - len(entries) + 1
+        held: dict[int, tuple[int, int, int, int]] = {}  # i -> token, prev, takeover, exp
+        for group, rows in zip(groups, claimed, strict=True):
+            for i, (acquired, token, prev, takeover, exp) in zip(group, rows, strict=True):
+                if int(acquired):
+                    held[i] = (int(token), int(prev), int(takeover), int(exp))
+        answers = [False] * len(entries)
+        if not held:
+            return answers
+        by_shard: dict[int, list[int]] = {}
+        for i in held:
+            by_shard.setdefault(self.shard_of(logic.ordering_unit(entries[i])), []).append(i)
+        writes: list[Call] = []
+        for shard, idx in by_shard.items():
+            args: list[Any] = []
+            for i in idx:
+                e, (token, prev, takeover, exp) = entries[i], held[i]
+                args += [
+                    e.update_key.encode(),
+                    logic.ordering_unit(e).encode(),
+                    e.payload,
+                    str(first_seq + i),
+                    str(token),
+                    str(prev if takeover else -1),
+                    str(exp),
+                ]
+            writes.append(self._call(self._shards[shard], _WRITE, args))
+        written = await self._each("admit", writes)
+        done = [
+            i
+            for idx, rows in zip(by_shard.values(), written, strict=True)
+            for i, answer in zip(idx, rows, strict=True)
+            if int(answer)
+        ]
+        finish = self._guard_groups(guards, sorted(done))
+        completes: list[Call] = [
+            (
+                _GUARD,
+                [guards[i] for i in g],
+                [now, "admitted", str(retention_ms), *(str(held[i][0]) for i in g)],
+            )
+            for g in finish
+        ]
+        for group, rows in zip(finish, await self._each("admit", completes), strict=True):
+            for i, answer in zip(group, rows, strict=True):
+                answers[i] = bool(int(answer))
+        return answers
+
+    # ----------------------------------------------------------------- workers
+
     async def take(self, *, lease: float) -> InboxEntry | None:
-        row = await self._script("take", _TAKE, [str(ms(lease, "lease"))])
-        return None if absent(row) else _entry(row)
+        lease_arg = str(ms(lease, "lease"))
+        if not self.connection.keys.sharded:
+            row = await self._script("take", _TAKE, [lease_arg])
+            return None if absent(row) else _entry(row)
+        # The oldest takeable head store-wide: each place's oldest, then take from them
+        # oldest first (another worker may empty a place between the two).
+        heads = await self._everywhere("take", _TAKE, [lease_arg, "peek"])
+        ready = sorted((int(h), n) for n, h in enumerate(heads) if not absent(h))
+        for _, n in ready:
+            row = await self._one("take", self._places[n], _TAKE, [lease_arg])
+            if not absent(row):
+                return _entry(row)
+        return None
 
     async def _held_op(
         self, op: str, entry: InboxEntry, *, millis: int = 0, error: str = "", refund: bool = False
@@ -218,7 +384,13 @@ class RedisInbox(Inbox):
             storable_text(error).encode(),
             "1" if refund else "0",
         ]
-        return bool(await self._script(op, _HELD, args))
+        if not self.connection.keys.sharded:
+            return bool(await self._script(op, _HELD, args))
+        shard = self._shards[self.shard_of(entry.ordering_key)]
+        if await self._one(op, shard, _HELD, args):
+            return True
+        # an entry of the one-slot layout, taken before the store was sharded
+        return bool(await self._one(op, self._legacy, _HELD, args))
 
     async def ack(self, entry: InboxEntry) -> bool:
         return await self._held_op("ack", entry)
@@ -235,17 +407,31 @@ class RedisInbox(Inbox):
     async def extend(self, entry: InboxEntry, *, lease: float) -> bool:
         return await self._held_op("extend", entry, millis=ms(lease, "lease"))
 
+    # ----------------------------------------------------------------- operators
+
     async def dead_letters(self, *, limit: int = 100) -> list[InboxEntry]:
         if limit <= 0:
             return []
-        rows = await self._script("dead_letters", _DEAD_LETTERS, [str(limit)])
-        return [_entry(r) for r in rows]
+        if not self.connection.keys.sharded:
+            rows = await self._script("dead_letters", _DEAD_LETTERS, [str(limit)])
+            return [_entry(r) for r in rows]
+        answers = await self._everywhere("dead_letters", _DEAD_LETTERS, [str(limit)])
+        return _by_seq([_entry(r) for rows in answers for r in rows])[:limit]
 
     async def redrive(self, entry_id: str) -> bool:
-        return bool(await self._script("redrive", _REDRIVE, [entry_id.encode()]))
+        if not self.connection.keys.sharded:
+            return bool(await self._script("redrive", _REDRIVE, [entry_id.encode()]))
+        connection = self.connection
+        seq = await connection.call(
+            "inbox.redrive", lambda: connection.run(_SEQ, self._seq_key, ["1"])
+        )
+        answers = await self._everywhere("redrive", _REDRIVE, [entry_id.encode(), str(seq)])
+        return any(int(a) for a in answers)
 
     async def depth(self) -> int:
         connection = self.connection
+        if connection.keys.sharded:
+            return sum(int(n) for n in await self._everywhere("depth", _READ, ["depth"]))
         live = self._keys[1]
 
         async def count(client: RedisClient) -> int:
@@ -254,8 +440,12 @@ class RedisInbox(Inbox):
         return await connection.call("inbox.depth", lambda: connection.execute(count))
 
     async def get(self, entry_id: str) -> InboxEntry | None:
-        row = await self._script("get", _READ, ["get", entry_id.encode()])
-        return None if absent(row) else _entry(row)
+        if not self.connection.keys.sharded:
+            row = await self._script("get", _READ, ["get", entry_id.encode()])
+            return None if absent(row) else _entry(row)
+        rows = await self._everywhere("get", _READ, ["get", entry_id.encode()])
+        found = [_entry(r) for r in rows if not absent(r)]
+        return found[0] if found else None
 
     async def entries(
         self,
@@ -267,31 +457,84 @@ class RedisInbox(Inbox):
         check_limit(limit)
         wanted = "" if status is None else EntryStatus(status).value
         okey = b"" if ordering_key is None else ordering_key.encode()
+        places = self._places
+        if ordering_key is not None and self.connection.keys.sharded:
+            # a unit's entries are in its shard (or in the one-slot inbox of before)
+            places = [self._shards[self.shard_of(ordering_key)], self._legacy]
+        # A merge by seq of each place's listing: a place is read on (from its cursor)
+        # whenever its buffer is empty, so the smallest buffered seq is the next one.
+        buffers: list[list[InboxEntry]] = [[] for _ in places]
+        cursors = ["0"] * len(places)
+        done = [False] * len(places)
         out: list[InboxEntry] = []
-        after = "0"
-        while True:
-            want = min(limit - len(out), ENTRIES_BUDGET)
-            args = ["entries", wanted, okey, after, str(want), str(ENTRIES_BUDGET)]
-            cursor, done, *rows = await self._script("entries", _READ, args)
-            out += [_entry(r) for r in rows]
-            if len(out) >= limit or int(done):
-                return out
-            after = text(cursor)
+        while len(out) < limit:
+            need = [n for n in range(len(places)) if not done[n] and not buffers[n]]
+            if need:
+                want = str(min(limit - len(out), ENTRIES_BUDGET))
+                calls = [
+                    self._call(
+                        places[n],
+                        _READ,
+                        ["entries", wanted, okey, cursors[n], want, str(ENTRIES_BUDGET)],
+                    )
+                    for n in need
+                ]
+                for n, (cursor, finished, *rows) in zip(
+                    need, await self._each("entries", calls), strict=True
+                ):
+                    buffers[n] += [_entry(r) for r in rows]
+                    cursors[n] = text(cursor)
+                    done[n] = bool(int(finished))
+                continue
+            full = [n for n in range(len(places)) if buffers[n]]
+            if not full:
+                break
+            n = min(full, key=lambda n: buffers[n][0].seq)
+            out.append(buffers[n].pop(0))
+        return out
 
     async def drop(self, entry_id: str) -> bool:
-        return bool(await self._script("drop", _DROP, [entry_id.encode()]))
+        if not self.connection.keys.sharded:
+            return bool(await self._script("drop", _DROP, [entry_id.encode()]))
+        answers = await self._everywhere("drop", _DROP, [entry_id.encode()])
+        return any(int(a) for a in answers)
 
     async def stats(self) -> InboxStats:
-        now, *flat = await self._script("stats", _READ, ["stats"])
+        if self.connection.keys.sharded:
+            answers = await self._everywhere("stats", _READ, ["stats"])
+        else:
+            answers = [await self._script("stats", _READ, ["stats"])]
         counts = dict.fromkeys(EntryStatus, 0)
         oldest: dict[EntryStatus, float] = {}
-        for i in range(0, len(flat), 3):
-            status = EntryStatus(text(flat[i]))
-            counts[status] = int(flat[i + 1])
-            oldest[status] = int(flat[i + 2]) / 1000
-        return InboxStats(counts=counts, oldest_admitted_at=oldest, now=int(now) / 1000)
+        latest = 0
+        for now, *flat in answers:
+            latest = max(latest, int(now))
+            for i in range(0, len(flat), 3):
+                status = EntryStatus(text(flat[i]))
+                counts[status] += int(flat[i + 1])
+                at = int(flat[i + 2]) / 1000
+                oldest[status] = min(oldest.get(status, at), at)
+        return InboxStats(counts=counts, oldest_admitted_at=oldest, now=latest / 1000)
 
     async def backlog(self, *, limit: int = 100) -> list[UnitBacklog]:
         check_limit(limit)
-        rows = await self._script("backlog", _READ, ["backlog", str(limit)])
-        return [UnitBacklog(text(k), int(p), int(f), int(adm) / 1000) for k, p, f, adm in rows]
+        if self.connection.keys.sharded:
+            answers = await self._everywhere("backlog", _READ, ["backlog", str(limit)])
+        else:
+            answers = [await self._script("backlog", _READ, ["backlog", str(limit)])]
+        units: dict[str, UnitBacklog] = {}
+        for rows in answers:
+            for k, p, f, adm in rows:
+                key = text(k)
+                u = units.get(key) or UnitBacklog(key, 0, 0, int(adm) / 1000)
+                units[key] = UnitBacklog(
+                    key,
+                    u.pending + int(p),
+                    u.in_flight + int(f),
+                    min(u.oldest_admitted_at, int(adm) / 1000),
+                )
+        ranked = sorted(
+            units.values(),
+            key=lambda u: (-(u.pending + u.in_flight), u.oldest_admitted_at, u.ordering_key),
+        )
+        return ranked[:limit]
