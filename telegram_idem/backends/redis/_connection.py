@@ -302,7 +302,9 @@ class RedisConnection:
             raise failure from exc
         return results
 
-    async def run_each(self, calls: Sequence[tuple[Script, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
+    async def run_each(
+        self, calls: Sequence[tuple[Script, Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
         """Several scripts, each with its own ``KEYS`` (one slot on a cluster) and ``ARGV``,
         in one pipeline, as :meth:`run_pipelined` (1 round trip per master touched, the
         masters in parallel; ``NOSCRIPT`` answers sent again as ``EVAL``). Answers in

@@ -89,9 +89,7 @@ def check_shards(shards: int) -> None:
     if isinstance(shards, bool) or not isinstance(shards, int):
         raise ConfigurationError(f"inbox_shards must be an integer, got {shards!r}")
     if not 1 <= shards <= MAX_INBOX_SHARDS:
-        raise ConfigurationError(
-            f"inbox_shards must be from 1 to {MAX_INBOX_SHARDS}, got {shards}"
-        )
+        raise ConfigurationError(f"inbox_shards must be from 1 to {MAX_INBOX_SHARDS}, got {shards}")
 
 
 @dataclass(frozen=True, slots=True)

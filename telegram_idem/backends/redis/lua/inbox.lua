@@ -35,7 +35,7 @@ end
 -- finds the update done instead of enqueuing it again (inbox_write.lua).
 local function leave_marker(e)
   if e.gtok and e.gexp and e.gexp > now then
-    redis.call('SET', BASE .. 'g:' .. e.id, fmt(e.gtok), 'PXAT', fmt(e.gexp))
+    redis.call('SET', BASE .. 'g:' .. e.id, fmt(e.gtok), 'PX', fmt(e.gexp - now))
   end
 end
 

@@ -30,7 +30,7 @@ for k = 0, n - 1 do
     if t > gtok then
       answer = 0
     elseif t == prev then
-      redis.call('SET', BASE .. 'g:' .. id, fmt(gtok), 'PXAT', gexp)
+      redis.call('SET', BASE .. 'g:' .. id, fmt(gtok), 'PX', fmt(math.max(tonumber(gexp) - now, 1)))
       answer = 2
     end
   end
