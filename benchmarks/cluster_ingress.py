@@ -62,7 +62,7 @@ def _services() -> Any:
 # ----------------------------------------------------------------- one load process
 
 
-async def _load(url: str, batch: int, callers: int, start: float, seconds: float, base: int) -> int:
+async def _load(url: str, batch: int, callers: int, seconds: float, base: int) -> int:
     from telegram_idem.backends.redis import RedisStore
     from telegram_idem.inbox import NewEntry
 
@@ -78,17 +78,21 @@ async def _load(url: str, batch: int, callers: int, start: float, seconds: float
         return NewEntry(f"bench:7:u:{counter}", f"chat:{rng.randrange(CHATS)}", payload)
 
     await inbox.admit(new(), retention=3600)  # discovery, scripts cached
-    await asyncio.sleep(max(0.0, start - time.time()))
-    end = start + seconds
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)  # every process starts together
+    end = time.time() + seconds
     admitted = 0
 
     async def caller() -> None:
         nonlocal admitted
         while time.time() < end:
+            # read the answer first: `admitted += await …` would read the count before
+            # the await and lose the other callers' additions
             if batch == 1:
-                admitted += await inbox.admit(new(), retention=3600)
+                got = int(await inbox.admit(new(), retention=3600))
             else:
-                admitted += sum(await inbox.admit_many([new() for _ in range(batch)], retention=3600))
+                got = sum(await inbox.admit_many([new() for _ in range(batch)], retention=3600))
+            admitted += got
 
     await asyncio.gather(*(caller() for _ in range(callers)))
     await store.close()
@@ -96,8 +100,8 @@ async def _load(url: str, batch: int, callers: int, start: float, seconds: float
 
 
 def _client_main(argv: list[str]) -> None:
-    url, batch, callers, start, seconds, base = argv
-    n = asyncio.run(_load(url, int(batch), int(callers), float(start), float(seconds), int(base)))
+    url, batch, callers, seconds, base = argv
+    n = asyncio.run(_load(url, int(batch), int(callers), float(seconds), int(base)))
     print(json.dumps({"admitted": n}))
 
 
@@ -107,7 +111,6 @@ def _client_main(argv: list[str]) -> None:
 def measure(url: str, shape: str, clients: int, seconds: float, run: int) -> float:
     """Admissions per second of ``clients`` load processes on ``url``."""
     shards, batch, callers = SHAPES[shape]
-    start = time.time() + 4.0  # every process imported and connected by then
     sep = "&" if "?" in url else "?"
     target = f"{url}{sep}key_prefix=bench{run}&inbox_shards={shards}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -120,16 +123,24 @@ def measure(url: str, shape: str, clients: int, seconds: float, run: int) -> flo
                 target,
                 str(batch),
                 str(callers),
-                str(start),
                 str(seconds),
                 str((run * 100 + i) * 10**9),
             ],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
             cwd=ROOT,
         )
         for i in range(clients)
     ]
+    for p in procs:  # each has connected and admitted once
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != b"ready":
+            raise RuntimeError("a load process did not start")
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
     total = 0
     for p in procs:
         out, _ = p.communicate(timeout=seconds + 120)
@@ -168,7 +179,9 @@ def main() -> None:
                 order = (1, 3) if run % 2 == 0 else (3, 1)  # interleaved, alternating
                 for masters in order:
                     services = clusters[masters]
-                    rate = measure(services.redis_cluster_url, shape, args.clients, args.seconds, run)
+                    rate = measure(
+                        services.redis_cluster_url, shape, args.clients, args.seconds, run
+                    )
                     flush(module, services)
                     rates[shape][masters].append(rate)
                     print(f"run {run + 1} {shape} {masters} master(s): {rate:,.0f}/s", flush=True)

@@ -97,6 +97,7 @@ above can be admitted (anything else raises
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,10 @@ _READ = SCRIPTS["inbox_read"]
 _GUARD = SCRIPTS["inbox_guard"]
 _SEQ = SCRIPTS["inbox_seq"]
 _WRITE = SCRIPTS["inbox_write"]
+
+_SEPARATE = 3
+"""Up to this many scripts of one step are sent as separate commands, concurrently; more
+go in one pipeline."""
 
 Call = tuple[Script, list[bytes], list[Any]]
 """One script run in a pipeline: ``(script, KEYS, ARGV)``."""
@@ -251,8 +256,27 @@ class RedisInbox(Inbox):
         return await connection.call(f"inbox.{op}", lambda: connection.run(s, keys, argv))
 
     async def _each(self, op: str, calls: Sequence[Call]) -> list[Any]:
+        """``calls`` at once: a few as separate ``EVALSHA`` (cheaper for the client than a
+        cluster pipeline), more in one pipeline (:meth:`RedisConnection.run_each`)."""
         connection = self.connection
-        return await connection.call(f"inbox.{op}", lambda: connection.run_each(calls))
+        if len(calls) > _SEPARATE:
+            return await connection.call(f"inbox.{op}", lambda: connection.run_each(calls))
+
+        async def one(call: Call) -> Any:
+            script, keys, args = call
+            return await connection.run(script, keys, args)
+
+        async def gathered() -> list[Any]:
+            answers = await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+            errors = [a for a in answers if isinstance(a, BaseException)]
+            if errors:  # an outage before a bug, as run_each
+                outages = [
+                    e for e in errors if isinstance(e, Exception) and connection.is_outage(e)
+                ]
+                raise (outages or errors)[0]
+            return list(answers)
+
+        return await connection.call(f"inbox.{op}", gathered)
 
     async def _everywhere(self, op: str, script: Script, args: Sequence[Any]) -> list[Any]:
         """``script`` on every place entries may be, in one pipeline: answers in order."""
