@@ -1,17 +1,25 @@
-"""The inbox of :class:`~telegram_idem.backends.redis.RedisStore`: one Lua script per call.
+"""The inbox of :class:`~telegram_idem.backends.redis.RedisStore`, split into shards by
+ordering key (``inbox_shards``; docs/store-redis.md#inbox).
 
-Layout. The whole inbox of a store lives under ONE hash tag, ``{<key_prefix>:inbox}``,
-so every inbox script touches one slot (one node) on a Redis Cluster. With
-``T = <key_prefix>:{<key_prefix>:inbox}``:
+Layout. An entry's shard is :meth:`KeyLayout.inbox_shard
+<telegram_idem.backends.redis.KeyLayout.inbox_shard>` of its ordering unit (CRC-32 mod
+``N``), so a chat's entries all live in one shard and keep their order. Each shard lives
+under ONE hash tag, so every shard script touches one slot: with one shard (``N = 1``,
+the default on a single node and the layout of earlier versions)
+``T = <key_prefix>:{<key_prefix>:inbox}``; with ``N > 1`` (the default on a cluster,
+16) shard ``i`` is ``T = <key_prefix>:{<key_prefix>:inbox:<i>}``. In each:
 
 ================  ===============================================================
-``T:seq``         string: the admission counter (``INCR``); an entry's ``seq``
+``T:seq``         string: the admission counter (``INCR``); an entry's ``seq``. With
+                  ``N > 1`` the highest seq of the shard; the store-wide counter is
+                  ``<key_prefix>:{<key_prefix>:inbox}:seq`` (``inbox_seq.lua``)
 ``T:e:<id>``      hash, one per entry: ``seq``, ``okey`` (ordering key),
                   ``payload``, ``status`` (pending | in_flight | dead),
                   ``attempts``, ``token``, ``avail`` and ``lease`` (integer ms since
                   the epoch), ``err`` (absent = none), ``adm`` (admitted_at,
                   integer ms since the epoch; absent = 0: admitted before it
-                  was recorded)
+                  was recorded); with ``N > 1`` also ``gtok`` and ``gexp``: the
+                  update guard's token and retention end (ms) of its admission
 ``T:k:<okey>``    zset: the live (non-dead) entry ids of one ordering key, by seq;
                   its head (``ZRANGE 0 0``) is the only entry of the key a worker
                   may take
@@ -23,23 +31,32 @@ so every inbox script touches one slot (one node) on a Redis Cluster. With
 ``T:dead``        zset: dead-letter ids by seq (``dead_letters`` reads it in order)
 ``T:a:<status>``  zset per status (pending, in_flight, dead): its entry ids by
                   ``adm``, so ``stats`` counts and dates each status in O(1)
+``T:g:<id>``      ``N > 1`` only: string, the ``gtok`` of an entry acked or dropped,
+                  kept (``PX``) until its guard's retention ends: the "done" marker
+                  admission step 2 looks for
 ================  ===============================================================
 
 Every ordering key with live entries is in exactly one of ``T:ready`` / ``T:wait``; each
 script that changes a key's head re-places the key (the Lua ``place``). Inbox keys have
-**no TTL**: an entry stays until it is acked, however long its retries or its dead
-letter last; only the update guard record expires (``PEXPIRE``, as every record).
+**no TTL** (but ``T:g:…``): an entry stays until it is acked, however long its retries
+or its dead letter last; only the update guard record expires (``PEXPIRE``, as every
+record).
 
-Scripts (``redis/lua/inbox*.lua``; they reuse the record scripts' helpers,
-``record.lua``, and the claim decision, ``decide_claim.lua``):
+One shard: every call is ONE script. Scripts (``redis/lua/inbox*.lua``; they reuse the
+record scripts' helpers, ``record.lua``, and the claim decision, ``decide_claim.lua``):
 
-- **admit** (one or many entries): per entry, the claim decision on the update guard
-  record with ``lease = retention``; if it acquires, the record is written completed
-  with result ``null`` (exactly :func:`telegram_idem._inbox_logic.admitted_record`) and
-  the entry is written pending, takeable now. A duplicate writes nothing. An entry that
-  outlived its guard record (retention over while it waited or lay dead) is replaced
-  by the new admission, as in the memory and SQLite inboxes, but keeps its token, so
-  a worker still holding the old entry stays fenced.
+- **admit** (one or many entries, ``inbox_admit.lua``): per entry, the claim decision
+  on the update guard record with ``lease = retention``; if it acquires, the record is
+  written completed with result ``null`` (exactly
+  :func:`telegram_idem._inbox_logic.admitted_record`) and the entry is written pending,
+  takeable now. A duplicate writes nothing. An entry that outlived its guard record
+  (retention over while it waited or lay dead) is replaced by the new admission, as in
+  the memory and SQLite inboxes, but keeps its token, so a worker still holding the old
+  entry stays fenced. On a cluster the guard records of update keys live in the inbox's
+  slot for this (:meth:`KeyLayout.record <telegram_idem.backends.redis.KeyLayout.record>`),
+  so only update keys can be admitted there (anything else raises
+  :class:`~telegram_idem.errors.ConfigurationError`) and the inbox and every update
+  guard of a store sit on ONE master.
 - **take**: moves the keys of ``T:wait`` that are due into ``T:ready``, then leases the
   head of the lowest ``T:ready`` key: token + 1, attempts + 1, lease end = now + lease.
 - **held** (ack / retry / bury / extend): only with the entry's current token while it
@@ -59,40 +76,82 @@ Scripts (``redis/lua/inbox*.lua``; they reuse the record scripts' helpers,
   ``T:wait`` and their ``T:k:…``, about 3.5 µs of Redis time per live entry (0.36 s for
   100,000 in 1,000 chats).
 
-Round trips: every call is ONE ``EVALSHA`` (``depth``: one ``ZCARD``), on a single node
-and on a cluster alike; ``admit_many`` admits the whole batch in one script.
+``N > 1`` shards: the update guard records stay at their own slot,
+``<key_prefix>:{<key>}`` (other shapes sharing the store — ``FastAckWebhook``, the PTB
+processor, a plain ``store.claim(update_key)`` — find a guard from the update key alone,
+while the entry's shard comes from its ordering key), so guard and entry are in
+different slots and admission (``admit_many``) is three steps, each ONE pipeline of one
+script per slot touched (the masters in parallel):
 
-Cost. ``take`` is O(log n) for the pick plus the keys whose head became due since the
-last take (each key is moved from ``T:wait`` to ``T:ready`` once per state change): it
-never scans chats that are busy or waiting for a retry (after a mass lease expiry,
-e.g. every worker died, the next take pays for moving all of those keys at once).
-``admit`` is O(log n) per entry.
+1. **claim** (``inbox_guard.lua`` ``claim``): the claim decision on each guard with the
+   short lease :data:`ADMISSION_LEASE` (a duplicate, a "not yet" and a takeover are
+   decided here, exactly as in one-shard admission); alongside, ``inbox_seq.lua``
+   reserves one seq per entry from the store-wide counter;
+2. **write** (``inbox_write.lua``, per shard): each acquired entry, with its reserved
+   seq (at least; after every seq of its shard, so a chat's new entry goes to its
+   tail), ``gtok`` (the guard token this admission holds) and ``gexp``; it answers
+   *written*, *kept* or *superseded* (below);
+3. **complete** (``inbox_guard.lua`` ``admitted``): each guard whose entry is in, while
+   it still holds that token, as :func:`telegram_idem._inbox_logic.admitted_record`
+   (completed, result ``null``, lease and retention from now). An entry is admitted
+   (``True``) exactly when this step completes its guard.
+
+Crash windows (a crash: the admitting process dies; every later step is skipped):
+
+- after 1: a guard in progress whose lease ends :data:`ADMISSION_LEASE` later, nothing
+  written. Telegram's redelivery is answered "not yet" (``False``) until then, then
+  takes it over: nothing lost, nothing doubled.
+- after 2: the entry is in its shard (workers may take it, even ack it) and the guard in
+  progress. The redelivery takes the guard over with token ``t + 1``, remembering the
+  ``t`` it replaced; step 2 finds the entry with ``gtok = t`` — or, once acked, its
+  marker ``T:g:<id> = t`` — so it is the same admission: *kept* (``gtok`` moves to
+  ``t + 1``, nothing enqueued), and step 3 completes the guard. Without the marker an
+  acked entry would be enqueued again.
+- between 1 and 2, too slow (its lease ended and a redelivery took over and admitted):
+  step 2 finds an entry or marker with a later ``gtok`` of a guard still within its
+  retention: *superseded*, nothing written; step 3 is skipped; ``False``.
+- after 3: admitted; only the answer is lost (a redelivery is a duplicate).
+- an entry whose guard's retention is over (``gexp`` passed, or a fresh acquire that
+  took nothing over) is replaced as in one-shard admission, keeping its token.
+
+``take`` gives the oldest takeable head store-wide, as the contract (and every other
+store) does: one pipeline asks every shard for the seq of its lowest ``T:ready`` key
+(``inbox_take.lua`` ``peek``, which first moves the due ``T:wait`` keys), then the
+shard with the lowest is taken from (``inbox_take.lua``), the next lowest if another
+worker emptied it meanwhile. No shard starves: seqs grow with admission store-wide, so
+a quiet shard's entry is taken before anything admitted after it. ``ack``, ``retry``,
+``bury``, ``extend`` run in the entry's shard (its ordering key names it). ``get``,
+``drop`` and ``redrive`` (an id does not name its shard) run on every shard in one
+pipeline; ``redrive`` reserves a store-wide seq first (the letter goes to the tail).
+``dead_letters``, ``depth``, ``stats`` and ``backlog`` run on every shard and merge;
+``entries`` merges the shards' listings by seq, reading a shard on from its own cursor
+whenever its buffer runs dry (so a page is exact), one shard only for one ordering key.
+
+The one-shard inbox of an earlier layout (``{<key_prefix>:inbox}``) is read too when
+``N > 1``: ``take``, the held operations (tried there when the entry's shard does not
+hold it) and every operator read include it; nothing is admitted there. Its ``seq``
+counter is the store-wide one, so its entries come first. Moving from one layout to the
+other is documented in docs/store-redis.md (drain first, or accept that a chat's old and
+new entries may run at once, and that on a cluster update guards written in the
+inbox's slot are no longer found).
+
+Cost. One shard: ``take`` is O(log n) for the pick plus the keys whose head became due
+since the last take (each key is moved from ``T:wait`` to ``T:ready`` once per state
+change): it never scans chats that are busy or waiting for a retry. ``admit`` is
+O(log n) per entry. With ``N`` shards a ``take`` is ``N`` small scripts (one round trip
+per master) plus one, and an admission three steps of round trips: the client does
+several times the work of one shard (benchmarks/cluster_ingress.py), in exchange for
+spreading the Redis work over the masters.
 A script blocks Redis while it runs: a getUpdates batch of 100 runs about 4 ms inside
 Redis (2-CPU test host), so a very large ``admit_many`` batch (thousands of entries)
 delays every other client of that Redis for its duration. Memory: about 550 bytes per
 entry with a 340-byte update, plus the zset members.
 
-Cluster trade-off. Admission must claim the update guard and write the entry in one
-script, so on a cluster the update guard records have to live in the inbox's slot too:
-a :class:`~telegram_idem.backends.redis.RedisStore` on a cluster stores every record
-whose key has the shape of an update guard key (``<prefix>:<bot_id>:u:<update_id>``,
-:meth:`telegram_idem._keys.KeyBuilder.update`) at ``T:r:<key>`` instead of
-``<key_prefix>:{<key>}`` (see :meth:`~telegram_idem.backends.redis.RedisStore.redis_key`),
-whether the inbox is used or not, so ``store.get`` / ``store.claim`` of an update key
-find the record admission wrote. Consequences: the inbox and all update guards of a
-store sit on ONE cluster node (the one owning the tag's slot) — fine for a bot's update
-rate, but they do not spread over the cluster (action, step, lock and callback records
-still do); a ``claim_many`` of a getUpdates batch becomes one script on that node. On a
-single node the layout of records is unchanged (``<key_prefix>:{<key>}``); the inbox
-keys are the same as on a cluster.
-
-Scripts build the names of ``T:e:…`` and ``T:k:…`` keys themselves (they cannot be
-known before ``take`` runs); they are declared in no ``KEYS``, which Redis allows for
-keys of the declared keys' slot (Redis 7; a script without flags). While the inbox's
-slot migrates (resharding), such a script may be refused with an error that is not a
-:class:`~telegram_idem.errors.StoreError`. On a cluster, only update keys of the shape
-above can be admitted (anything else raises
-:class:`~telegram_idem.errors.ConfigurationError`).
+Scripts build the names of ``T:e:…``, ``T:k:…`` and ``T:g:…`` keys themselves (they
+cannot be known before the script runs); they are declared in no ``KEYS``, which Redis
+allows for keys of the declared keys' slot (Redis 7; a script without flags). While a
+shard's slot migrates (resharding), such a script may be refused with an error that is
+not a :class:`~telegram_idem.errors.StoreError`.
 """
 
 from __future__ import annotations
