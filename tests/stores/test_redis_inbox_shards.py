@@ -272,19 +272,20 @@ class Crash(Exception):
 
 
 def crash_after(store: RedisStore, steps: int) -> None:
-    """Make ``store``'s next admission die after its first ``steps`` pipelines."""
-    connection = store.connection
-    real = connection.run_each
+    """Make ``store``'s next admission die after its first ``steps`` steps (each step is
+    one ``RedisInbox._each``: the scripts of one step, sent at once)."""
+    inbox = inbox_of(store)
+    real = inbox._each
     seen = 0
 
-    async def run_each(calls: Any) -> list[Any]:
+    async def each(op: str, calls: Any) -> list[Any]:
         nonlocal seen
         if seen >= steps:
             raise Crash
         seen += 1
-        return await real(calls)
+        return await real(op, calls)
 
-    connection.run_each = run_each  # type: ignore[method-assign]
+    inbox._each = each  # type: ignore[method-assign]
 
 
 @pytest.fixture
@@ -375,22 +376,22 @@ async def test_a_slow_admission_overtaken_by_a_redelivery_writes_nothing(
     url, clock = pair
     slow, quick = RedisStore(url, clock=clock), RedisStore(url, clock=clock)
     try:
-        connection = slow.connection
-        real = connection.run_each
+        slow_inbox = inbox_of(slow)
+        real = slow_inbox._each
         claimed, resume = asyncio.Event(), asyncio.Event()
         seen = 0
 
-        async def paused(calls: Any) -> list[Any]:
+        async def paused(op: str, calls: Any) -> list[Any]:
             nonlocal seen
             seen += 1
             if seen == 2:  # between the claim and the write
                 claimed.set()
                 await resume.wait()
-            return await real(calls)
+            return await real(op, calls)
 
-        connection.run_each = paused  # type: ignore[method-assign]
-        late = asyncio.create_task(inbox_of(slow).admit(entry(1), retention=RETENTION))
-        await claimed.wait()
+        slow_inbox._each = paused  # type: ignore[method-assign]
+        late = asyncio.create_task(slow_inbox.admit(entry(1), retention=RETENTION))
+        await asyncio.wait_for(claimed.wait(), 10)
         clock.advance(ADMISSION_LEASE)  # its lease ends: the redelivery takes it over
         inbox = inbox_of(quick)
         assert await inbox.admit(entry(1), retention=RETENTION) is True
