@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fixtures_redis import with_option
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from services import UrlFactory
 
@@ -542,3 +542,58 @@ async def test_random_operations_match_the_memory_inbox(sharded_url: UrlFactory)
         assert await redis.backlog() == await memory.backlog()
     finally:
         await store.close()
+
+
+# ----------------------------------------------------------------- round trips
+
+
+async def test_sharded_round_trips_on_a_cluster(
+    redis_cluster_url_factory: UrlFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of 100 is three steps of one pipeline per master each; one update is four
+    scripts in three steps; a take asks every shard in one pipeline per master, then
+    takes with one script; an ack is one script."""
+    calls = {"command": 0, "pipeline": 0}
+    command, pipeline = ClusterNode.execute_command, ClusterNode.execute_pipeline
+
+    async def counted_command(self: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        calls["command"] += 1
+        return await command(self, *args, **kwargs)
+
+    async def counted_pipeline(self: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        calls["pipeline"] += 1
+        return await pipeline(self, *args, **kwargs)
+
+    store = RedisStore(redis_cluster_url_factory())
+    inbox = inbox_of(store)
+    try:
+        await inbox.admit(entry(1), retention=RETENTION)  # discovery, scripts cached
+        got = await inbox.take(lease=LEASE)
+        assert got is not None and await inbox.ack(got)
+        masters = len(cluster_of(store).get_primaries())
+        monkeypatch.setattr(ClusterNode, "execute_command", counted_command)
+        monkeypatch.setattr(ClusterNode, "execute_pipeline", counted_pipeline)
+
+        async def count(action: Any) -> tuple[Any, dict[str, int]]:
+            calls.update(command=0, pipeline=0)
+            result = await action
+            return result, dict(calls)
+
+        batch = [entry(1000 + i, f"chat:{i % 40}") for i in range(100)]
+        answers, n = await count(inbox.admit_many(batch, retention=RETENTION))
+        assert answers == [True] * 100
+        assert n["command"] == 0 and n["pipeline"] <= 3 * masters
+        assert await count(inbox.admit(entry(5, "chat:x"), retention=RETENTION)) == (
+            True,
+            {"command": 4, "pipeline": 0},
+        )
+        taken, n = await count(inbox.take(lease=LEASE))
+        assert taken is not None and n == {"command": 1, "pipeline": masters}
+        assert await count(inbox.ack(taken)) == (True, {"command": 1, "pipeline": 0})
+    finally:
+        await store.close()
+
+
+def cluster_of(store: RedisStore) -> RedisCluster:
+    assert isinstance(store.client, RedisCluster)
+    return store.client

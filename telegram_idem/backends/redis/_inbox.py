@@ -430,7 +430,12 @@ class RedisInbox(Inbox):
             (
                 _GUARD,
                 [guards[i] for i in g],
-                [now, "admitted", str(retention_ms), *(str(held[i][0]) for i in g)],
+                [
+                    connection.now_arg(),
+                    "admitted",
+                    str(retention_ms),
+                    *(str(held[i][0]) for i in g),
+                ],
             )
             for g in finish
         ]
