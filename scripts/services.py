@@ -235,12 +235,18 @@ def start_redis_server(directory: Path, port: int, *extra: str) -> int:
 def start_redis_cluster(services: Services, masters: int = 3) -> None:
     """Start a ``masters``-node Redis Cluster (no replicas) into ``services``.
 
-    Waits until every node reports ``cluster_state:ok``. Pids and ports are recorded
-    in ``services`` as each node starts, so a failure part way can still be stopped.
+    Three masters or more are joined by ``redis-cli --cluster create``; fewer (which it
+    refuses) by hand: each node adds its share of the 16384 slots
+    (``CLUSTER ADDSLOTSRANGE``) and meets the first. Waits until every node reports
+    ``cluster_state:ok``. Pids and ports are recorded in ``services`` as each node
+    starts, so a failure part way can still be stopped.
 
     Raises:
-        ServiceError: a program is missing, a node or the cluster did not come up.
+        ServiceError: a program is missing, ``masters`` is below 1, a node or the
+            cluster did not come up.
     """
+    if masters < 1:
+        raise ServiceError(f"a Redis Cluster needs at least one master, got {masters}")
     if _program("redis-cli") is None:
         raise ServiceError("redis-cli not found")
     directory = Path(services.dir)
@@ -259,16 +265,21 @@ def start_redis_cluster(services: Services, masters: int = 3) -> None:
         services.redis_ports.append(port)
         services.redis_pids.append(pid)
     nodes = [f"127.0.0.1:{p}" for p in services.redis_ports]
-    cli = _program("redis-cli") or "redis-cli"
-    created = subprocess.run(
-        [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if created.returncode != 0:
-        raise ServiceError(f"redis-cli --cluster create failed: {created.stdout}{created.stderr}")
+    if masters >= 3:
+        cli = _program("redis-cli") or "redis-cli"
+        created = subprocess.run(
+            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if created.returncode != 0:
+            raise ServiceError(
+                f"redis-cli --cluster create failed: {created.stdout}{created.stderr}"
+            )
+    else:
+        _join_by_hand(services.redis_ports)
 
     def all_ok() -> bool:
         return all(
@@ -277,6 +288,20 @@ def start_redis_cluster(services: Services, masters: int = 3) -> None:
 
     _wait("redis cluster", all_ok, 30)
     _log(f"redis cluster up on {', '.join(nodes)}")
+
+
+def _join_by_hand(ports: list[int]) -> None:
+    """Give each node of ``ports`` an equal run of the 16384 slots and make them meet."""
+    share = 16384 // len(ports)
+    for n, port in enumerate(ports):
+        first, last = n * share, 16383 if n == len(ports) - 1 else (n + 1) * share - 1
+        answer = _redis_cli(port, "CLUSTER", "ADDSLOTSRANGE", str(first), str(last))
+        if "OK" not in answer:
+            raise ServiceError(f"CLUSTER ADDSLOTSRANGE on :{port} failed: {answer}")
+        if n:
+            answer = _redis_cli(port, "CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
+            if "OK" not in answer:
+                raise ServiceError(f"CLUSTER MEET from :{port} failed: {answer}")
 
 
 def start_moto(services: Services) -> None:

@@ -138,6 +138,7 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
                     f"{script.name} writes a section without its chart"
                 )
     assert sorted(writers) == [
+        "cluster_ingress.py",
         "ingress.py",
         "joined.py",
         "outbound.py",
@@ -161,6 +162,7 @@ def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -
         "joined",
         "redis-profile",
         "scaling",
+        "cluster",
     }
     for name, body in sections:
         assert f"(img/bench/{name}.png)" in body, f"section {name} shows no chart"

@@ -1,5 +1,6 @@
-"""Redis inbox specifics: round trips, one slot on a cluster, no TTL on entries, and a
-model check against the memory inbox.
+"""Redis inbox specifics: round trips, one slot on a cluster (``inbox_shards=1``), no
+TTL on entries, and a model check against the memory inbox. The sharded layout:
+``test_redis_inbox_shards.py``.
 
 Round trips on a single node are counted on a private ``redis-server`` (its
 ``INFO commandstats`` and the client's socket writes); on the cluster, in the client
@@ -310,7 +311,7 @@ def cluster_client(store: RedisStore) -> RedisCluster:
 async def test_cluster_round_trips(
     redis_cluster_url_factory: Callable[[], str], node_calls: dict[str, int]
 ) -> None:
-    store = RedisStore(redis_cluster_url_factory())
+    store = RedisStore(redis_cluster_url_factory(), inbox_shards=1)  # the one-slot layout
     inbox = inbox_of(store)
     try:
         await store.get("warm-up")  # discovery happens here
@@ -349,7 +350,7 @@ async def test_cluster_round_trips(
 async def test_cluster_puts_the_inbox_and_the_update_guards_in_one_slot(
     redis_cluster_url_factory: Callable[[], str],
 ) -> None:
-    store = RedisStore(redis_cluster_url_factory(), clock=ManualClock())
+    store = RedisStore(redis_cluster_url_factory(), clock=ManualClock(), inbox_shards=1)
     inbox = inbox_of(store)
     client = cluster_client(store)
     try:
@@ -465,7 +466,7 @@ async def test_random_operations_match_the_memory_inbox_on_a_cluster(
     redis_cluster_url_factory: Callable[[], str],
 ) -> None:
     clock = ManualClock()
-    store = RedisStore(redis_cluster_url_factory(), clock=clock)
+    store = RedisStore(redis_cluster_url_factory(), clock=clock, inbox_shards=1)
     try:
         await _random_run(store.inbox(), MemoryStore(clock=clock).inbox(), clock, 99)
     finally:

@@ -2,8 +2,8 @@
 
 Each record is one hash at ``<key_prefix>:{<record key>}``. The braces make the whole
 record key the cluster hash tag, so every single-key script touches one slot (on a
-cluster, update guard records live in the inbox's slot instead: see
-:meth:`RedisStore.redis_key` and :class:`RedisInbox`). Every primitive is ONE
+cluster with a one-shard inbox, ``inbox_shards=1``, update guard records live in the
+inbox's slot instead: see :meth:`RedisStore.redis_key` and :class:`RedisInbox`). Every primitive is ONE
 ``EVALSHA`` of a Lua script shipped in ``redis/lua/`` (:data:`SCRIPTS`; on ``NOSCRIPT``,
 e.g. after ``SCRIPT FLUSH`` or a failover, the same call is repeated once as ``EVAL``,
 which also caches the script again). Redis forgets a record when its
@@ -16,8 +16,11 @@ judges leases by one clock; with a clock (tests) *now* is passed to the script, 
 Round trips: claim, complete, fail, release, extend and get are 1 each. ``claim_many``
 is 1 on a single node (one script over all keys); on a cluster the keys are grouped by
 hash slot, one script per slot, sent as one pipeline: 1 round trip per master node
-holding any of the keys, all masters in parallel. Every inbox call (``store.inbox()``)
-is 1 as well, ``admit_many`` included; so is every outbox call (``store.outbox()``) about
+holding any of the keys, all masters in parallel. Every call of a one-shard inbox
+(``store.inbox()``, the default on a single node) is 1 as well, ``admit_many``
+included; a sharded inbox (``inbox_shards=N``, 16 recommended on a new cluster: shards by chat, spread over
+the masters) admits in three pipelined steps and asks every shard before a ``take``
+(:class:`RedisInbox`). So is every outbox call (``store.outbox()``) about
 one bot, every flood budget call (``store.flood_budget()``) and every effect ledger call
 (``store.ledger()``: one hash tag for the whole ledger, rows that never expire).
 
@@ -29,7 +32,8 @@ URLs (query options marked * are this store's own; the rest pass through to redi
 - ``redis+cluster://[[user]:password@]host:port[,host:port…]`` — a Redis Cluster,
   found from any of the given nodes; ``?ssl=true`` for TLS.
 
-Options: ``key_prefix``\\* (default ``idem``; no braces), ``socket_timeout``\\* and
+Options: ``key_prefix``\\* (default ``idem``; no braces), ``inbox_shards``\\* (1–1024;
+default 1; 16 recommended on a new cluster), ``socket_timeout``\\* and
 ``socket_connect_timeout``\\* (seconds, default 5), ``db`` (single node only),
 ``client_name``, ``health_check_interval`` (seconds), ``max_connections`` (per node;
 default 100), ``socket_keepalive``, ``protocol`` (2, the default, or 3); TLS options only with

@@ -67,7 +67,7 @@ class RedisBrowsing:
         keys = self.connection.keys
         start = glob_escape(stored_prefix(prefix))
         patterns = [f"{glob_escape(keys.prefix + ':{')}{start}*}}"]
-        if keys.cluster:
+        if keys.guards_in_inbox:
             patterns.append(f"{glob_escape(keys.inbox_prefix + 'r:')}{start}*")
         return patterns
 
@@ -75,7 +75,7 @@ class RedisBrowsing:
         """The record key whose Redis key is ``redis_key``, or ``None`` if none is."""
         keys = self.connection.keys
         raw = redis_key.decode("utf-8", "replace")
-        heads = [keys.prefix + ":{"] + ([keys.inbox_prefix + "r:"] if keys.cluster else [])
+        heads = [keys.prefix + ":{"] + ([keys.inbox_prefix + "r:"] if keys.guards_in_inbox else [])
         for head in heads:
             if raw.startswith(head):
                 key = raw[len(head) :]

@@ -91,9 +91,12 @@ class RedisConnection:
         label: how messages name the store (its ``repr``: location and prefix).
         clock: seconds since the epoch; ``None`` = the server's clock.
         owns_client: :meth:`close` closes the client (the store made it from a URL).
+        inbox_shards: the inbox's shards (:class:`~telegram_idem.backends.redis._keys.KeyLayout`);
+            ``None``: 1 (one slot, the layout of earlier versions).
 
     Raises:
-        ConfigurationError: a bad ``key_prefix``, or a client that decodes responses.
+        ConfigurationError: a bad ``key_prefix`` or ``inbox_shards``, or a client that
+            decodes responses.
     """
 
     def __init__(
@@ -104,8 +107,12 @@ class RedisConnection:
         label: str,
         clock: Clock | None = None,
         owns_client: bool = False,
+        inbox_shards: int | None = None,
     ) -> None:
-        self.keys = KeyLayout(key_prefix, isinstance(client, RedisCluster))
+        cluster = isinstance(client, RedisCluster)
+        if inbox_shards is None:
+            inbox_shards = 1
+        self.keys = KeyLayout(key_prefix, cluster, inbox_shards)
         """Where records and the inbox live."""
         if client.get_encoder().decode_responses:
             raise ConfigurationError(
@@ -306,6 +313,57 @@ class RedisConnection:
             if failure is exc:
                 raise
             raise failure from exc
+        return results
+
+    async def run_each(
+        self, calls: Sequence[tuple[Script, Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        """Several scripts, each with its own ``KEYS`` (one slot on a cluster) and ``ARGV``,
+        in one pipeline, as :meth:`run_pipelined` (1 round trip per master touched, the
+        masters in parallel; ``NOSCRIPT`` answers sent again as ``EVAL``). Answers in
+        call order.
+
+        Args:
+            calls: ``(script, keys, args)`` of each run.
+
+        Raises:
+            redis.exceptions.RedisError: as :meth:`run_pipelined` (the runs that did run
+                keep their effects).
+        """
+        if not calls:
+            return []
+        await self.ready()
+        try:
+            results = await self._pipe([("EVALSHA", s.sha, k, a) for s, k, a in calls])
+            missing = [i for i, r in enumerate(results) if isinstance(r, rexc.NoScriptError)]
+            if missing:
+                redo = [("EVAL", calls[i][0].source, calls[i][1], calls[i][2]) for i in missing]
+                for i, r in zip(missing, await self._pipe(redo), strict=True):
+                    results[i] = r
+            errors = [r for r in results if isinstance(r, Exception)]
+            if errors:
+                outages = [e for e in errors if self.is_outage(e)]
+                raise (outages or errors)[0]
+        except Exception as exc:
+            failure = self.failure(exc)
+            if isinstance(exc, REDIS_ERRORS.transient) and self.cluster:
+                await self.forget_topology()
+            if failure is exc:
+                raise
+            raise failure from exc
+        return results
+
+    async def _pipe(
+        self, commands: Sequence[tuple[str, str, Sequence[bytes], Sequence[Any]]]
+    ) -> list[Any]:
+        if isinstance(self.client, RedisCluster):
+            pipe: Any = self.client.pipeline()
+        else:
+            pipe = self.client.pipeline(transaction=False)
+        for command, script, keys, args in commands:
+            pipe.execute_command(command, script, len(keys), *keys, *args)
+        async with self._gate:
+            results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
 
     async def pipeline(

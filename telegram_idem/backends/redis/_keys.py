@@ -1,10 +1,17 @@
 """Where the Redis store keeps things: the key of each record and of the inbox.
 
 A record is one hash at ``<key_prefix>:{<record key>}``: the braces make the whole
-record key the cluster hash tag, so every single-key script touches one slot. The inbox
-lives under ONE hash tag, ``<key_prefix>:{<key_prefix>:inbox}:`` (one slot, one node),
-and on a cluster the update guard records live in that slot too (:data:`UPDATE_KEY`), so
-admission claims the guard and writes the entry in one script.
+record key the cluster hash tag, so every single-key script touches one slot.
+
+The inbox is split into :attr:`KeyLayout.inbox_shards` shards by its ordering key
+(:meth:`KeyLayout.inbox_shard`). With one shard (the default on a single node) it lives
+under ONE hash tag, ``<key_prefix>:{<key_prefix>:inbox}:`` (one slot, one node), and on
+a cluster the update guard records live in that slot too (:data:`UPDATE_KEY`), so
+admission claims the guard and writes the entry in one script. With ``N > 1`` shards
+(e.g. :data:`CLUSTER_INBOX_SHARDS` on a new cluster deployment) shard ``i`` lives under
+``<key_prefix>:{<key_prefix>:inbox:<i>}:`` and every update guard stays at its own
+``<key_prefix>:{<key>}`` (spread over the cluster); the store-wide admission counter
+stays at ``<key_prefix>:{<key_prefix>:inbox}:seq``, where a one-shard inbox keeps it.
 
 The outbox of each bot lives under its own hash tag, ``{<key_prefix>:outbox:<bot_id>}``
 (one slot per bot: every outbox script is about one bot), beside a store-wide directory
@@ -23,15 +30,34 @@ slot, listing included.
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["FLOOD_KEY", "UPDATE_KEY", "KeyLayout", "check_prefix"]
+__all__ = [
+    "CLUSTER_INBOX_SHARDS",
+    "FLOOD_KEY",
+    "MAX_INBOX_SHARDS",
+    "UPDATE_KEY",
+    "KeyLayout",
+    "check_prefix",
+    "check_shards",
+]
+
+CLUSTER_INBOX_SHARDS = 16
+"""The inbox's shards recommended for a NEW deployment on a Redis Cluster
+(``inbox_shards=16``; the store's default stays 1 everywhere, because changing the count
+of a running inbox needs the drain that ``docs/store-redis.md`` describes): enough to spread over a few dozen masters, few enough that a ``take``, which asks every
+shard for its oldest takeable entry, stays cheap."""
+
+MAX_INBOX_SHARDS = 1024
+"""The most inbox shards a store accepts (a ``take`` asks each of them)."""
 
 UPDATE_KEY = re.compile(r"(?s).*:-?[0-9]+:u:-?[0-9]+")
 """The shape of an update guard key (:meth:`telegram_idem._keys.KeyBuilder.update`). On a
-cluster, records with such keys live in the inbox's slot (:meth:`KeyLayout.record`).
+cluster with a one-shard inbox, records with such keys live in the inbox's slot
+(:meth:`KeyLayout.record`).
 Matching a few other keys too would be harmless: a record key always maps to the same
 Redis key, the shape only decides which node holds it."""
 
@@ -55,28 +81,76 @@ def check_prefix(prefix: str) -> None:
         )
 
 
+def check_shards(shards: int) -> None:
+    """Accept an ``inbox_shards``: an integer from 1 to :data:`MAX_INBOX_SHARDS`.
+
+    Raises:
+        ConfigurationError: not an integer, or out of that range.
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int):
+        raise ConfigurationError(f"inbox_shards must be an integer, got {shards!r}")
+    if not 1 <= shards <= MAX_INBOX_SHARDS:
+        raise ConfigurationError(f"inbox_shards must be from 1 to {MAX_INBOX_SHARDS}, got {shards}")
+
+
 @dataclass(frozen=True, slots=True)
 class KeyLayout:
     """The Redis keys of one store.
 
     Attributes:
         prefix: the ``key_prefix`` (checked by :func:`check_prefix`).
-        cluster: the store talks to a Redis Cluster (update guards move to the inbox's slot).
+        cluster: the store talks to a Redis Cluster.
+        inbox_shards: how many shards the inbox is split into (checked by
+            :func:`check_shards`); with one on a cluster, update guards move to the
+            inbox's slot (:attr:`guards_in_inbox`).
 
     Raises:
-        ConfigurationError: a bad ``prefix``.
+        ConfigurationError: a bad ``prefix`` or ``inbox_shards``.
     """
 
     prefix: str
     cluster: bool
+    inbox_shards: int = 1
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
+        check_shards(self.inbox_shards)
 
     @property
     def inbox_prefix(self) -> str:
-        """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:``."""
+        """The start of the one-shard inbox's keys: ``<key_prefix>:{<key_prefix>:inbox}:``
+        (also where a sharded inbox keeps its store-wide ``seq`` counter)."""
         return f"{self.prefix}:{{{self.prefix}:inbox}}:"
+
+    @property
+    def sharded(self) -> bool:
+        """The inbox has more than one shard (admission is then several scripts)."""
+        return self.inbox_shards > 1
+
+    @property
+    def guards_in_inbox(self) -> bool:
+        """Update guard records live in the inbox's slot (a cluster, one shard)."""
+        return self.cluster and not self.sharded
+
+    def inbox_shard_prefix(self, shard: int) -> str:
+        """The start of shard ``shard``'s inbox keys: :attr:`inbox_prefix` with one
+        shard, else ``<key_prefix>:{<key_prefix>:inbox:<shard>}:``.
+
+        Args:
+            shard: the shard, from 0 to ``inbox_shards - 1``.
+        """
+        if not self.sharded:
+            return self.inbox_prefix
+        return f"{self.prefix}:{{{self.prefix}:inbox:{shard}}}:"
+
+    def inbox_shard(self, ordering_key: str) -> int:
+        """The shard of an ordering key: CRC-32 of its UTF-8 bytes modulo
+        ``inbox_shards`` (stable across processes and versions).
+
+        Args:
+            ordering_key: the entry's ordering unit (chat, user, or its own id).
+        """
+        return zlib.crc32(ordering_key.encode()) % self.inbox_shards
 
     @property
     def ledger_base(self) -> str:
@@ -90,13 +164,14 @@ class KeyLayout:
         return f"{self.prefix}:{{now}}".encode()
 
     def record(self, key: str) -> str:
-        """The Redis key of record ``key``: ``<key_prefix>:{<key>}``; on a cluster an
-        update guard key (:data:`UPDATE_KEY`) is ``<inbox_prefix>r:<key>`` instead.
+        """The Redis key of record ``key``: ``<key_prefix>:{<key>}``; on a cluster with a
+        one-shard inbox an update guard key (:data:`UPDATE_KEY`) is
+        ``<inbox_prefix>r:<key>`` instead.
 
         Args:
             key: the record's full key.
         """
-        if self.cluster and UPDATE_KEY.fullmatch(key):
+        if self.guards_in_inbox and UPDATE_KEY.fullmatch(key):
             return f"{self.inbox_prefix}r:{key}"
         return f"{self.prefix}:{{{key}}}"
 

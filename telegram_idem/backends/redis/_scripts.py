@@ -34,7 +34,7 @@ result|nil, attempts}``; token-checked writes answer ``1`` (done) or ``0`` (not 
 Scripts (:data:`SCRIPTS`, by name): ``claim``, ``complete``, ``fail``, ``release``,
 ``extend``, ``get``, ``now`` (the records) and ``inbox_admit``, ``inbox_take``,
 ``inbox_held``, ``inbox_redrive``, ``inbox_dead_letters``, ``inbox_drop``,
-``inbox_read`` (the inbox, see
+``inbox_read``, ``inbox_guard``, ``inbox_seq``, ``inbox_write`` (the inbox, see
 :mod:`telegram_idem.backends.redis._inbox`), ``outbox_enqueue``, ``outbox_take``,
 ``outbox_held``, ``outbox_admin``, ``outbox_read`` (the outbox, see
 :mod:`telegram_idem.backends.redis._outbox`) and ``flood_reserve``, ``flood_gate`` (the
@@ -133,6 +133,9 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "inbox_dead_letters": (*_INBOX, "inbox_dead_letters.lua"),
     "inbox_drop": (*_INBOX, "inbox_drop.lua"),
     "inbox_read": (*_INBOX, "inbox_read.lua"),
+    "inbox_guard": (*_RECORD, "decide_claim.lua", "inbox_guard.lua"),
+    "inbox_seq": ("inbox_seq.lua",),
+    "inbox_write": (*_INBOX, "inbox_write.lua"),
     "outbox_enqueue": (*_OUTBOX, "outbox_enqueue.lua"),
     "outbox_take": (*_OUTBOX, "outbox_take.lua"),
     "outbox_held": (*_OUTBOX, "outbox_held.lua"),

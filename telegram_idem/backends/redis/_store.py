@@ -80,10 +80,18 @@ class RedisStore(RedisBrowsing, Store):
             Redis server's clock, read inside each script.
         key_prefix: first part of every Redis key (``<key_prefix>:{<record key>}``);
             a ``key_prefix`` option in the URL takes its place.
+        inbox_shards: how many shards the inbox is split into by ordering key (see
+            :class:`~telegram_idem.backends.redis.RedisInbox`); ``None`` (the default):
+            1 (one slot, the layout of earlier versions, so an upgrade finds its
+            inbox and its update guards where they were); on a new cluster
+            deployment give 16 (the inbox and the update guards spread over the
+            masters). An
+            ``inbox_shards`` option in the URL takes its place.
 
     Raises:
-        ConfigurationError: a malformed URL or option, a prefix with braces, or a
-            client that decodes responses (results are bytes).
+        ConfigurationError: a malformed URL or option, a prefix with braces, an
+            ``inbox_shards`` outside 1–1024, or a client that decodes responses
+            (results are bytes).
         TypeError: ``client_or_url`` is neither a URL nor an asyncio Redis client.
     """
 
@@ -99,10 +107,12 @@ class RedisStore(RedisBrowsing, Store):
         *,
         clock: Clock | None = None,
         key_prefix: str = "idem",
+        inbox_shards: int | None = None,
     ) -> None:
         if isinstance(client_or_url, str):
-            client, url_prefix = client_from_url(client_or_url)
+            client, url_prefix, url_shards = client_from_url(client_or_url)
             key_prefix = url_prefix if url_prefix is not None else key_prefix
+            inbox_shards = url_shards if url_shards is not None else inbox_shards
             owns_client = True
         elif isinstance(client_or_url, Redis | RedisCluster):
             client = client_or_url
@@ -118,6 +128,7 @@ class RedisStore(RedisBrowsing, Store):
             label=f"RedisStore({location(client)!r}, key_prefix={key_prefix!r})",
             clock=clock,
             owns_client=owns_client,
+            inbox_shards=inbox_shards,
         )
         """The client, keys, clock, gate and error translation this store and its inbox
         share."""
@@ -158,16 +169,18 @@ class RedisStore(RedisBrowsing, Store):
 
     @property
     def inbox_prefix(self) -> str:
-        """The start of every inbox key: ``<key_prefix>:{<key_prefix>:inbox}:`` (one hash
-        tag, so the whole inbox is one slot; see :class:`RedisInbox`)."""
+        """The start of a one-shard inbox's keys: ``<key_prefix>:{<key_prefix>:inbox}:``
+        (one hash tag, so the whole inbox is one slot; a sharded inbox keeps its
+        store-wide ``seq`` counter there; see :class:`RedisInbox`)."""
         return self._keys.inbox_prefix
 
     def redis_key(self, key: str) -> str:
         """The Redis key of record ``key``: ``<key_prefix>:{<key>}``.
 
-        On a cluster, an update guard key (:data:`~telegram_idem.backends.redis.UPDATE_KEY`)
-        is stored in the inbox's slot instead, at ``<inbox_prefix>r:<key>``, so the inbox's
-        admission claims it and writes the entry in one script.
+        On a cluster with a one-shard inbox (``inbox_shards=1``), an update guard key
+        (:data:`~telegram_idem.backends.redis.UPDATE_KEY`) is stored in the inbox's slot
+        instead, at ``<inbox_prefix>r:<key>``, so the inbox's admission claims it and
+        writes the entry in one script.
 
         Args:
             key: the record's full key.

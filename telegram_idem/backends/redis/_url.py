@@ -5,7 +5,7 @@
 - ``redis+cluster://[[user]:password@]host:port[,host:port…]`` — a Redis Cluster.
 
 Read through :class:`~telegram_idem.backends._url.StoreURL`: ``key_prefix``,
-``socket_timeout`` and ``socket_connect_timeout`` are the store's; the redis-py options
+``inbox_shards``, ``socket_timeout`` and ``socket_connect_timeout`` are the store's; the redis-py options
 listed below pass through; anything else is a
 :class:`~telegram_idem.errors.ConfigurationError` (its message never shows the password).
 Clients made here never resend a command (``retries=0``): a script whose reply was lost
@@ -58,19 +58,21 @@ _CLUSTER_FLAGS = ("ssl", "ssl_check_hostname", "socket_keepalive")
 _CLUSTER_INTEGERS = ("max_connections", "protocol")
 
 
-def client_from_url(url: str) -> tuple[RedisClient, str | None]:
-    """The client for ``url`` (no connection opened yet) and its ``key_prefix`` (or ``None``).
+def client_from_url(url: str) -> tuple[RedisClient, str | None, int | None]:
+    """The client for ``url`` (no connection opened yet), its ``key_prefix`` and its
+    ``inbox_shards`` (each ``None`` when the URL does not say).
 
     Raises:
         ConfigurationError: another scheme, an unknown option (a TLS option on a plain
             ``redis://`` URL included), a value that does not parse, no host, a ``/db``
             that is not a number, a cluster URL without ``host:port`` or with a database
-            other than 0.
+            other than 0, an ``inbox_shards`` below 1.
     """
     cluster = url.partition("://")[0].strip().lower() == "redis+cluster"
     parsed = StoreURL.parse(url, schemes=SCHEMES, multi_host=cluster)
     scheme = parsed.scheme
     prefix = parsed.take_text("key_prefix")
+    shards = parsed.take_int("inbox_shards", None, minimum=1)
     timeouts: dict[str, Any] = {
         name: parsed.take_seconds(name, _DEFAULT_TIMEOUT)
         for name in ("socket_timeout", "socket_connect_timeout")
@@ -86,8 +88,8 @@ def client_from_url(url: str) -> tuple[RedisClient, str | None]:
     if passthrough.get("protocol", "2") not in ("2", "3"):
         raise parsed.error("protocol must be 2 or 3")
     if cluster:
-        return _cluster(parsed, passthrough, timeouts), prefix
-    return _single(parsed, passthrough, timeouts), prefix
+        return _cluster(parsed, passthrough, timeouts), prefix, shards
+    return _single(parsed, passthrough, timeouts), prefix, shards
 
 
 def _single(parsed: StoreURL, options: dict[str, str], timeouts: dict[str, Any]) -> Redis:

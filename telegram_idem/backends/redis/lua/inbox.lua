@@ -16,14 +16,27 @@ end
 
 local function load_entry(id)
   local v = redis.call('HMGET', ekey(id), 'seq', 'okey', 'status', 'attempts', 'token',
-                       'avail', 'lease', 'adm')
+                       'avail', 'lease', 'adm', 'gtok', 'gexp')
   if not v[1] then
     return nil
   end
-  -- adm (admitted_at, ms) is absent from entries admitted before it was recorded: 0
+  -- adm (admitted_at, ms) is absent from entries admitted before it was recorded: 0;
+  -- gtok / gexp (the guard token and retention end of a sharded admission, inbox_write)
+  -- are absent from one-shard entries: nil
   return {id = id, seq = tonumber(v[1]), okey = v[2], status = v[3],
           attempts = tonumber(v[4]), token = tonumber(v[5]), avail = tonumber(v[6]),
-          lease = tonumber(v[7]), adm = tonumber(v[8] or '0')}
+          lease = tonumber(v[7]), adm = tonumber(v[8] or '0'), gtok = tonumber(v[9] or ''),
+          gexp = tonumber(v[10] or '')}
+end
+
+-- An entry of a sharded admission leaves, when acked or dropped, the marker T:g:<id>
+-- (its guard token) until its guard's retention ends: a re-admission that takes over
+-- the guard from the same admission (it crashed before completing the guard) then
+-- finds the update done instead of enqueuing it again (inbox_write.lua).
+local function leave_marker(e)
+  if e.gtok and e.gexp and e.gexp > now then
+    redis.call('SET', BASE .. 'g:' .. e.id, fmt(e.gtok), 'PX', fmt(e.gexp - now))
+  end
 end
 
 -- T:a:<status>: the entries of each status by admission time (adm, ms), for stats.

@@ -6,6 +6,7 @@ local e = load_entry(id)
 if e == nil or e.status ~= 'dead' then
   return 0
 end
+leave_marker(e)
 redis.call('DEL', ekey(id))
 redis.call('ZREM', K_DEAD, id)
 mark(id, nil, 0)

@@ -9,6 +9,7 @@ if e == nil or e.status ~= 'in_flight' or e.token ~= tonumber(ARGV[5]) then
   return 0
 end
 if op == 'ack' then
+  leave_marker(e)
   redis.call('DEL', ekey(id))
   redis.call('ZREM', kkey(e.okey), id)
   redis.call('ZREM', K_LIVE, id)

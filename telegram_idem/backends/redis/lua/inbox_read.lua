@@ -8,6 +8,7 @@
 --     the matching entries in seq order, at most limit; read on from cursor until done.
 --   stats: Reply: {now_ms, status, n, oldest_adm_ms, ...} for each status with entries,
 --     from T:a:<status>: O(1).
+--   depth: Reply: how many live entries (ZCARD of T:live).
 --   backlog: ARGV[4] limit. Reply: {okey, pending, in_flight, oldest_adm_ms} per unit,
 --     the most live entries first (ties: the oldest, then the key).
 local op = ARGV[3]
@@ -116,6 +117,9 @@ elseif op == 'stats' then
     end
   end
   return out
+
+elseif op == 'depth' then
+  return redis.call('ZCARD', K_LIVE)
 
 elseif op == 'backlog' then
   local units = {}

@@ -1,8 +1,14 @@
 -- take = record.lua .. inbox.lua .. this.
--- ARGV[3]: lease_ms. Reply: the leased entry, or nil.
+-- ARGV[3]: lease_ms; ARGV[4]: 'peek' (a sharded inbox's first step) or absent.
+-- Reply: the leased entry, or nil; peek: the seq of the oldest takeable head, or nil
+-- (nothing leased; only the keys that came due are moved to READY).
 local lease = tonumber(ARGV[3])
 for _, okey in ipairs(redis.call('ZRANGEBYSCORE', K_WAIT, '-inf', fmt(now))) do
   place(okey)
+end
+if ARGV[4] == 'peek' then
+  local first = redis.call('ZRANGE', K_READY, 0, 0, 'WITHSCORES')
+  return first[2] or false
 end
 while true do
   local first = redis.call('ZRANGE', K_READY, 0, 0)
