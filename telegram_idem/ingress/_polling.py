@@ -169,8 +169,14 @@ class PollingIngress:
             raise NotLeaderError("the offset write was refused")
         deadline = lead.deadline(self.poll_timeout)  # checked right before the call
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-            return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        cut = asyncio.timeout_at(loop.time() + (deadline - time.monotonic()))
+        try:
+            async with cut:
+                return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        except TimeoutError:
+            if cut.expired():  # e.g. the process was paused past its lease
+                raise NotLeaderError("the long poll reached the end of the lease") from None
+            raise
 
     async def _lead_once(self) -> bool:
         """Try once to become the leader; on success resume from the stored offset."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from poll_replica import http_get_updates
 
 from telegram_idem import ConfigurationError, Idem, KeyBuilder
 from telegram_idem._clock import ManualClock
@@ -23,9 +23,6 @@ from telegram_idem.ingress import LeaderLease, PollingIngress
 from telegram_idem.ingress._leader import Leadership, NotLeaderError
 from telegram_idem.testing._factories import UpdateFactory
 from telegram_idem.testing.bot_api import FakeBotAPI
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _poll_replica import http_get_updates  # noqa: E402
 
 TOKEN = "7000000002:AAleader"
 BOT = 7000000002
@@ -70,7 +67,7 @@ def test_a_long_poll_that_could_outlive_the_lease_is_refused() -> None:
     )  # defaults fit
 
 
-async def _never(offset: int | None, limit: int, timeout: float) -> list[dict[str, Any]]:
+async def _never(offset: int | None, limit: int, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
     raise AssertionError("not called")
 
 
@@ -194,7 +191,7 @@ async def test_three_replicas_one_polls_and_another_takes_over_when_it_stops(
             after = {name for name, _ in polls(api)} - {leader}
             assert len(after) == 1, after  # exactly one took over
         finally:
-            for _, stop, task in replicas.values():
+            for _, stop, _task in replicas.values():
                 stop.set()
             await asyncio.gather(*(t for _, _, t in replicas.values()))
         assert api.poll_conflicts == 0
@@ -212,6 +209,6 @@ async def test_without_the_lease_two_replicas_meet_409_conflicts(shared: str) ->
         try:
             await until(lambda: api.poll_conflicts > 0)
         finally:
-            for _, stop, task in replicas.values():
+            for _, stop, _task in replicas.values():
                 stop.set()
             await asyncio.gather(*(t for _, _, t in replicas.values()))

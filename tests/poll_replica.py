@@ -1,4 +1,4 @@
-"""A polling replica for the leader-lease tests: ``python tests/inbox/_poll_replica.py``.
+"""A polling replica for the leader-lease tests: ``python tests/poll_replica.py``.
 
 It polls a :class:`~telegram_idem.testing.bot_api.FakeBotAPI` over real HTTP into the
 inbox of a shared store, with a :class:`~telegram_idem.ingress.LeaderLease`, until
@@ -30,7 +30,7 @@ def http_get_updates(
 ) -> GetUpdates:
     """``getUpdates`` over HTTP, tagged with ``replica``; an error answer raises."""
 
-    async def get_updates(offset: int | None, limit: int, timeout: float) -> list[dict[str, Any]]:
+    async def get_updates(offset: int | None, limit: int, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109
         params: dict[str, Any] = {"limit": limit, "timeout": timeout, "replica": replica}
         if offset is not None:
             params["offset"] = offset
