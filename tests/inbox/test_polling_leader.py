@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from poll_replica import http_get_updates
+from store_proxy import Proxy
 
 from telegram_idem import ConfigurationError, Idem, KeyBuilder
 from telegram_idem._clock import ManualClock
@@ -98,6 +100,7 @@ async def test_a_stale_leader_can_neither_write_the_offset_nor_poll(
     assert await b.read_offset() == 120  # the stored offset did not move back
     assert await a.read_offset() == 120
     assert b.leading
+    await b.step_down()
 
 
 async def test_a_leader_whose_lease_was_taken_over_learns_it_at_its_next_renewal(
@@ -113,6 +116,28 @@ async def test_a_leader_whose_lease_was_taken_over_learns_it_at_its_next_renewal
     assert a.lost.is_set()
     with pytest.raises(NotLeaderError):
         a.deadline(0.0)
+    await b.step_down()
+
+
+@pytest.mark.inbox
+async def test_a_standby_poll_once_does_not_poll(store_factory: Any, clock: ManualClock) -> None:
+    store: Store = await store_factory()
+    holder = Leadership(Idem(store), bot_id=BOT, config=LEASE)
+    assert await holder.try_acquire() is None
+    called: list[int | None] = []
+
+    async def get_updates(offset: int | None, limit: int, timeout: float) -> list[Any]:  # noqa: ASYNC109
+        called.append(offset)
+        return []
+
+    standby = PollingIngress(Idem(store), get_updates, bot_id=BOT, poll_timeout=0.5, leader=LEASE)
+    assert await standby.poll_once() == 0
+    assert called == []  # it never called getUpdates
+    await holder.step_down()
+    assert await standby.poll_once() == 0  # it leads now, and polls
+    assert called == [None]
+    assert standby.leadership is not None
+    await standby.leadership.step_down()
 
 
 @pytest.mark.inbox
@@ -212,3 +237,64 @@ async def test_without_the_lease_two_replicas_meet_409_conflicts(shared: str) ->
             for _, stop, _task in replicas.values():
                 stop.set()
             await asyncio.gather(*(t for _, _, t in replicas.values()))
+
+
+async def test_a_leader_cut_off_from_the_store_stops_polling_and_a_standby_takes_over(
+    redis_url_factory: Any,
+) -> None:
+    """The leader's renewals fail (its connection to the store is cut): it makes no
+    new ``getUpdates`` from its first failed renewal on; its lease ends and the standby
+    (still connected) takes over; back online, the old leader learns it lost."""
+    url = redis_url_factory()
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    proxy = Proxy(parts.hostname, parts.port)
+    await proxy.start()
+    cut_url = url.replace(parts.netloc, f"127.0.0.1:{proxy.port}", 1)
+    cut_url += ("&" if "?" in cut_url else "?") + "socket_timeout=0.3&socket_connect_timeout=0.3"
+    lease = LeaderLease(lease=2.0, renew_every=0.25, margin=0.5, check_every=0.25)
+    async with FakeBotAPI() as api, aiohttp.ClientSession() as session:
+        a = PollingIngress(
+            Idem(cut_url, keys=KeyBuilder("cut")),
+            http_get_updates(session, api.url, TOKEN, "a"),
+            bot_id=BOT,
+            poll_timeout=0.5,
+            error_delay=0.05,
+            error_delay_max=0.2,
+            leader=lease,
+        )
+        b = PollingIngress(
+            Idem(url, keys=KeyBuilder("cut")),
+            http_get_updates(session, api.url, TOKEN, "b"),
+            bot_id=BOT,
+            poll_timeout=0.5,
+            error_delay=0.05,
+            error_delay_max=0.2,
+            leader=lease,
+        )
+        stop_a, stop_b = asyncio.Event(), asyncio.Event()
+        task_a = asyncio.create_task(a.run(stop_a))
+        await until(lambda: ("a", None) in polls(api))
+        task_b = asyncio.create_task(b.run(stop_b))
+        try:
+            await asyncio.sleep(0.5)  # b stands by a while
+            assert {name for name, _ in polls(api)} == {"a"}
+            await proxy.cut()
+            assert a.leadership is not None
+            await until(lambda: not a.leadership.renewed)
+            polled_by_a = sum(1 for name, _ in polls(api) if name == "a")
+            await until(lambda: any(name == "b" for name, _ in polls(api)))  # takeover
+            await proxy.start()  # restored on the same port
+            await until(lambda: a.leadership.lost.is_set())
+            api.queue_update(UpdateFactory().message("after"))
+            await until(lambda: b.admitted >= 1)
+            assert sum(1 for name, _ in polls(api) if name == "a") == polled_by_a
+        finally:
+            stop_a.set()
+            stop_b.set()
+            await asyncio.gather(task_a, task_b)
+            await a.idem.close()
+            await b.idem.close()
+            await proxy.cut()
+        assert api.poll_conflicts == 0
+        assert_offsets_never_move_back([o for _, o in polls(api)])
