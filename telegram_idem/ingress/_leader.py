@@ -204,13 +204,15 @@ class Leadership:
         except LockHeldError as exc:
             if not self._standing_by:
                 self._standing_by = True
+                token = exc.record.fencing_token if exc.record else None
                 log.info(
-                    "poll leader of bot %s: standing by (%s holds the lease, token %s)",
+                    "poll leader of bot %s: %s standing by (%s leads, token %s)",
                     self.bot_id,
-                    "another replica",
-                    exc.record.fencing_token if exc.record else "?",
+                    self.holder,
+                    await self._leader_name(),
+                    token,
                 )
-                self._emit("standby", exc.record.fencing_token if exc.record else None)
+                self._emit("standby", token)
             return max(min(cfg.check_seconds, exc.retry_after + 0.01), 0.01)
         self.token = claim.token
         self.valid_until = sent + cfg.lease
@@ -370,6 +372,18 @@ class Leadership:
         if written is None or written.token != token:
             self.lose(f"offset row refused token {token} (it carries {_token_of(written)})")
         return offset
+
+    async def _leader_name(self) -> str:
+        """Who wrote the offset last (the leader, as a rule), for the standby's log."""
+        try:
+            row = await self.ledger.get(self.key)
+        except StoreError:
+            return "another replica"
+        try:
+            holder = json.loads(row.detail).get("holder") if row is not None else None
+        except (ValueError, AttributeError):
+            holder = None
+        return holder if isinstance(holder, str) else "another replica"
 
     async def read_offset(self) -> int | None:
         """The stored offset (the next one to pass), or ``None`` when none is.
