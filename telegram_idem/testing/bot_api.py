@@ -1242,7 +1242,11 @@ class FakeBotAPI(LoopbackServer):
                 if poll is not None:
                     waits.append(asyncio.ensure_future(poll.terminated.wait()))
                 try:
-                    await asyncio.wait(waits, timeout=min(timeout, self.long_poll_cap))
+                    await asyncio.wait(
+                        waits,
+                        timeout=min(timeout, self.long_poll_cap),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                 finally:
                     for wait in waits:
                         wait.cancel()
