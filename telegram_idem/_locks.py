@@ -23,11 +23,26 @@ writers' clocks decide, so keep hosts NTP-synced and ``ttl`` well above their sk
 
 from __future__ import annotations
 
+import re
+
 from telegram_idem._records import Claim, Outcome
 from telegram_idem.backends import Store
 from telegram_idem.errors import LockHeldError
 
-__all__ = ["acquire_lock"]
+__all__ = ["POLL_LEADER", "acquire_lock", "is_poll_cursor"]
+
+POLL_LEADER = "poll-leader"
+"""The lock name of a bot's long-polling leader lease
+(:mod:`telegram_idem.ingress._leader`): key ``{prefix}:{bot_id}:l:poll-leader``. The
+effect ledger row at that key keeps the leader's offset; it is not an effect."""
+
+_POLL_CURSOR = re.compile(r"(?s).*:-?[0-9]+:l:" + POLL_LEADER)
+
+
+def is_poll_cursor(key: str) -> bool:
+    """Whether ``key`` is a poll leader's key (its ledger row is an offset, not an
+    effect: :meth:`telegram_idem.Idem.unresolved` skips it). Never raises."""
+    return _POLL_CURSOR.fullmatch(key) is not None and ":a:" not in key
 
 
 async def acquire_lock(

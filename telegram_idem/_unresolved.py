@@ -26,6 +26,7 @@ from typing import Any, Literal
 from telegram_idem._admitted import release_quietly
 from telegram_idem._context import bound_update
 from telegram_idem._host import EffectHost
+from telegram_idem._locks import is_poll_cursor
 from telegram_idem._records import Outcome, Status
 from telegram_idem.backends import has_ledger, has_outbox, ledger_of, outbox_of
 from telegram_idem.errors import ConfigurationError, ResolveError
@@ -105,7 +106,10 @@ def _from_send(entry: OutboxEntry, now: float) -> Unresolved:
 
 
 async def _open(idem: EffectHost, row: LedgerEntry, now: float) -> bool:
-    """Whether ``row`` is unresolved; a stale ``STARTED`` row is removed."""
+    """Whether ``row`` is unresolved; a stale ``STARTED`` row is removed. A poll
+    leader's offset row (:func:`~telegram_idem._locks.is_poll_cursor`) is no effect."""
+    if is_poll_cursor(row.key):
+        return False
     if row.state is LedgerState.UNKNOWN:
         return True
     record = await idem.store.get(row.key)

@@ -86,7 +86,8 @@ class DecisionEvent:
             admission: a :class:`~telegram_idem.errors.StoreError` follows).
             At-most-once actions and steps also: ``"unknown"`` (a holder met an
             unsettled effect, or it failed ambiguously) and ``"resolved"`` (settled by
-            ``Idem.resolve``, or its resolution applied). Locks: ``"acquired"``, ``"held"``. Inbox admissions (boundary ``update``):
+            ``Idem.resolve``, or its resolution applied). Locks: ``"acquired"``, ``"held"``; the poll leader lease (``handler``
+            ``"poll-leader"``) also ``"standby"``, ``"lost"``, ``"released"``. Inbox admissions (boundary ``update``):
             ``"admitted"``, ``"duplicate"``, ``"not_yet"``. Outbox calls (``handler`` is
             the Bot API method): ``"delivered"``, ``"already_done"``, ``"flood_wait"``
             (a 429), ``"migrated"``, ``"resend"``, ``"not_sent"``, ``"unknown"``,

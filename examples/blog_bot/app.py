@@ -36,7 +36,7 @@ from telegram_idem.adapters.aiogram import (
     inbox_dispatch,
 )
 from telegram_idem.inbox import InboxWorker
-from telegram_idem.ingress import PollingIngress, WebhookIngress
+from telegram_idem.ingress import LeaderLease, PollingIngress, WebhookIngress
 from telegram_idem.outbox import Outbound
 
 __all__ = ["BlogBot", "build_blog_bot"]
@@ -100,13 +100,21 @@ class BlogBot:
         await self.worker.drain(limit=limit)
 
     async def poll(self, stop: asyncio.Event) -> None:
-        """Long-poll getUpdates into the inbox and process it until ``stop`` is set."""
+        """Long-poll getUpdates into the inbox and process it until ``stop`` is set.
+
+        Several ``poll`` processes may run on one store: with ``poll_leader_lease``
+        (the default) only the holder of the leader lease calls getUpdates; the others
+        process the inbox and stand by to take over (docs/deploy-polling.md).
+        """
         await self.bot.delete_webhook(drop_pending_updates=False)
+        lease = self.settings.poll_leader_lease
         polling = PollingIngress(
             self.idem,
             aiogram_get_updates(self.bot),
             bot_id=self.bot.id,
             on_admitted=self.worker.notify,
+            poll_timeout=min(25.0, lease * 0.6) if lease > 0 else 25.0,
+            leader=LeaderLease(lease=lease) if lease > 0 else None,
         )
         self._start()
         try:

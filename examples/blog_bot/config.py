@@ -33,6 +33,10 @@ class Settings:
         worker_concurrency: ``WORKER_CONCURRENCY``, inbox entries processed at once.
         retry_backoff: ``RETRY_BACKOFF``, seconds before the first retry of a failed update
             (doubling each time, at most 5 minutes; dead letter after 5 attempts).
+        poll_leader_lease: ``POLL_LEADER_LEASE``, seconds of the ``poll`` command's
+            leader lease (:class:`~telegram_idem.ingress.LeaderLease`), so several
+            ``poll`` replicas on one store never call getUpdates at once (default 40;
+            ``0``: poll unconditionally, one replica only).
         github: ``GITHUB_TOKEN``, ``GITHUB_REPO``, ``GITHUB_API_URL`` when set: publish
             through the GitHub Git Tree API instead of the local repository;
             ``BLOG_BRANCH`` (default ``main``) for either publisher.
@@ -49,6 +53,7 @@ class Settings:
     lease: float = 60.0
     worker_concurrency: int = 8
     retry_backoff: float = 1.0
+    poll_leader_lease: float = 40.0
     github: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -68,6 +73,7 @@ class Settings:
             lease = float(env.get("IDEM_LEASE", "60"))
             concurrency = int(env.get("WORKER_CONCURRENCY", "8"))
             backoff = float(env.get("RETRY_BACKOFF", "1"))
+            poll_lease = float(env.get("POLL_LEADER_LEASE", "40"))
         except ValueError as exc:
             raise SystemExit(f"a numeric setting is malformed: {exc}") from None
         derived = hmac.new(token.encode(), b"callback-tokens", hashlib.sha256).hexdigest()
@@ -83,6 +89,7 @@ class Settings:
             lease=lease,
             worker_concurrency=concurrency,
             retry_backoff=backoff,
+            poll_leader_lease=poll_lease,
             github=tuple(
                 (name, env[name])
                 for name in ("GITHUB_TOKEN", "GITHUB_REPO", "GITHUB_API_URL", "BLOG_BRANCH")

@@ -4,6 +4,8 @@
 - :func:`~telegram_idem.ingress._serving.register` — serve a webhook on an aiohttp
   application and run its inbox worker for the application's life.
 - :class:`~telegram_idem.ingress._polling.PollingIngress` — getUpdates with batch admission.
+- :class:`~telegram_idem.ingress._leader.LeaderLease` — several replicas polling one bot:
+  a fenced leader lease so exactly one calls getUpdates.
 
 The aiohttp names are imported on first use, so ``telegram_idem.ingress._polling`` works
 without aiohttp installed.
@@ -15,17 +17,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from telegram_idem.ingress._leader import LeaderLease
     from telegram_idem.ingress._polling import PollingIngress
     from telegram_idem.ingress._reading import read_update
     from telegram_idem.ingress._serving import Handler, Handles, register
     from telegram_idem.ingress._webhook import WebhookIngress
 
-__all__ = ["Handler", "Handles", "PollingIngress", "WebhookIngress", "read_update", "register"]
+__all__ = [
+    "Handler",
+    "Handles",
+    "LeaderLease",
+    "PollingIngress",
+    "WebhookIngress",
+    "read_update",
+    "register",
+]
 
 _HOMES = {
     "read_update": "telegram_idem.ingress._reading",
     "Handler": "telegram_idem.ingress._serving",
     "Handles": "telegram_idem.ingress._serving",
+    "LeaderLease": "telegram_idem.ingress._leader",
     "PollingIngress": "telegram_idem.ingress._polling",
     "WebhookIngress": "telegram_idem.ingress._webhook",
     "register": "telegram_idem.ingress._serving",

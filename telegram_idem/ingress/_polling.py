@@ -14,6 +14,12 @@ takes the claim over once the lease has ended. The updates after it in the batch
 admitted meanwhile (re-fetched, they are duplicates). A holder that keeps renewing its
 lease past ``not_yet_wait`` is alive: the offset then moves on, logged at ERROR.
 
+Several replicas may poll one bot when each is given ``leader=``
+(:class:`~telegram_idem.ingress._leader.LeaderLease`): exactly one of them, the holder
+of a fenced lease in the shared store, calls ``getUpdates``; the others stand by and
+take over when it stops or dies, resuming from the offset it stored
+(:mod:`telegram_idem.ingress._leader`).
+
 One bad item never stalls polling: something in a batch that is not an update, or that
 cannot be encoded, is admitted as a rejected entry
 (:func:`~telegram_idem.inbox._entries.rejected_entry`) that the worker dead-letters at
@@ -34,6 +40,7 @@ from telegram_idem._ordering import Ordering
 from telegram_idem._updates import validate_update
 from telegram_idem.errors import StoreError
 from telegram_idem.inbox import NewEntry, new_entry, rejected_entry
+from telegram_idem.ingress._leader import LeaderLease, Leadership, NotLeaderError, wait_or_stop
 
 __all__ = ["GetUpdates", "PollingIngress"]
 
@@ -70,9 +77,14 @@ class PollingIngress:
             back before the offset moves past it anyway; default two of ``idem``'s
             leases, so a dead holder's lease has ended and the update is admitted by
             takeover first. Each poll meanwhile retries its admission.
+        leader: share the polling of ``bot_id`` with other replicas on the same store:
+            only the holder of the lease polls (:class:`~telegram_idem.ingress._leader.LeaderLease`);
+            ``None`` (default): this process polls unconditionally (run one replica).
 
     Raises:
-        ConfigurationError: ``idem``'s store has no inbox.
+        ConfigurationError: ``idem``'s store has no inbox; with ``leader``, a store
+            without an effect ledger, or timings where ``poll_timeout + renew_every +
+            margin`` exceeds the lease.
     """
 
     def __init__(
@@ -89,9 +101,16 @@ class PollingIngress:
         on_admitted: Callable[[], None] | None = None,
         ordering: Ordering | None = None,
         not_yet_wait: float | None = None,
+        leader: LeaderLease | None = None,
     ) -> None:
         self.idem = idem
         self.inbox = idem.store.inbox()
+        if leader is not None:
+            leader.check(poll_timeout)
+        self.leadership = (
+            Leadership(idem, bot_id=bot_id, config=leader) if leader is not None else None
+        )
+        """This replica's side of the leader lease, or ``None`` without ``leader``."""
         self.get_updates = get_updates
         self.bot_id = bot_id
         self.limit = limit
@@ -124,14 +143,83 @@ class PollingIngress:
         the offset moves past every integer ``update_id`` of the batch, except that it
         stays at the smallest update in progress elsewhere (see the module docstring).
 
+        With ``leader``, a replica that is not the leader tries once to become it, and
+        returns 0 without polling if it could not.
+
         Raises:
-            StoreError: the batch could not be admitted (the offset did not move).
+            StoreError: the batch could not be admitted (the offset did not move), or
+                the lease could not be looked at.
             Exception: whatever ``get_updates`` raised.
         """
-        return await self._admit(await self._fetch())
+        lead = self.leadership
+        if lead is not None and not lead.leading and not await self._lead_once():
+            return 0
+        try:
+            return await self._admit(await self._fetch())
+        except NotLeaderError:
+            return 0
 
     async def _fetch(self) -> list[Any]:
-        return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        lead = self.leadership
+        if lead is None:
+            return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        # The offset is stored before it is passed: a later leader resumes at or above
+        # every offset this one passed, so offsets never move back across leaders.
+        if not await lead.write_offset(self.offset):
+            raise NotLeaderError("the offset write was refused")
+        deadline = lead.deadline(self.poll_timeout)  # checked right before the call
+        loop = asyncio.get_running_loop()
+        cut = asyncio.timeout_at(loop.time() + (deadline - time.monotonic()))
+        try:
+            async with cut:
+                return await self.get_updates(self.offset, self.limit, self.poll_timeout)
+        except TimeoutError:
+            if cut.expired():  # e.g. the process was paused past its lease
+                raise NotLeaderError("the long poll reached the end of the lease") from None
+            raise
+
+    async def _lead_once(self) -> bool:
+        """Try once to become the leader; on success resume from the stored offset."""
+        lead = self.leadership
+        assert lead is not None
+        if await lead.try_acquire() is not None:
+            return False
+        stored = lead.stored_offset
+        if stored is not None and (self.offset is None or stored > self.offset):
+            self.offset = stored
+        return True
+
+    async def _wait_for_lead(self, stopping: asyncio.Future[Any]) -> bool:
+        """Stand by until this replica leads (``True``) or ``stop`` is set (``False``)."""
+        lead = self.leadership
+        assert lead is not None
+        while not stopping.done():
+            try:
+                wait = await lead.try_acquire()
+            except StoreError as exc:
+                self._failed(f"store outage: the poll leader lease cannot be read: {exc}")
+                await self._pause(stopping)
+                continue
+            self._recovered()
+            if wait is None:
+                stored = lead.stored_offset
+                if stored is not None and (self.offset is None or stored > self.offset):
+                    self.offset = stored
+                return True
+            await wait_or_stop(stopping, wait)
+        return False
+
+    async def _not_leading(self, stopping: asyncio.Future[Any]) -> None:
+        """After a refused poll: wait for a renewal while the lease may still be
+        renewed; give the leadership up once the lease has surely ended."""
+        lead = self.leadership
+        assert lead is not None
+        if not lead.leading:
+            return
+        if time.monotonic() >= lead.valid_until:
+            lead.lose("the lease ended without a renewal")
+            return
+        await wait_or_stop(stopping, lead.config.renew_seconds)
 
     async def _admit(self, batch: list[Any]) -> int:
         """Admit ``batch``, then move the offset past it; returns its length."""
@@ -227,6 +315,12 @@ class PollingIngress:
         fetched but not admitted is sent again at the next poll. A batch that has
         arrived when ``stop`` is set is still admitted before ``run`` returns.
 
+        With ``leader``, the replica stands by until it holds the lease, polls only
+        while its lease lasts each long poll plus the margin, stores each offset before
+        passing it, stops polling the moment it loses the lease (a long poll in flight
+        is cancelled) and stands by again; when ``stop`` is set it releases the lease,
+        after its last long poll ended, so a standby takes over at its next look.
+
         While an update is held elsewhere (the offset kept at it), the next poll waits
         :meth:`hold_delay` seconds.
         A failed fetch or a store outage (the batch not admitted, offset kept) is retried
@@ -240,14 +334,30 @@ class PollingIngress:
         """
         stopping = asyncio.ensure_future(stop.wait())
         fetch: asyncio.Future[list[Any]] | None = None
+        lost: asyncio.Future[Any] | None = None
+        lead = self.leadership
         try:
             while not stop.is_set():
+                if lead is not None and not lead.leading:
+                    if not await self._wait_for_lead(stopping):
+                        return
                 fetch = asyncio.ensure_future(self._fetch())
-                await asyncio.wait({fetch, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                waits: set[asyncio.Future[Any]] = {fetch, stopping}
+                if lead is not None:
+                    lost = asyncio.ensure_future(lead.lost.wait())
+                    waits.add(lost)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if lost is not None:
+                    lost.cancel()
                 if not fetch.done():
-                    return  # stopped mid-poll: the finally clause cancels the fetch
+                    if stop.is_set():
+                        return  # stopped mid-poll: the finally clause cancels the fetch
+                    await _cancel(fetch)  # the lease was lost: no answer of it is used
+                    continue
                 try:
                     await self._admit(fetch.result())
+                except NotLeaderError:
+                    await self._not_leading(stopping)
                 except StoreError as exc:
                     self._failed(f"store outage: batch not admitted, offset kept: {exc}")
                     await self._pause(stopping)
@@ -260,11 +370,12 @@ class PollingIngress:
                         await asyncio.wait({stopping}, timeout=self.hold_delay())
         finally:
             stopping.cancel()
+            if lost is not None:
+                lost.cancel()
             if fetch is not None and not fetch.done():
-                fetch.cancel()
-                await asyncio.wait({fetch})  # let it end; its CancelledError is its own
-                if not fetch.cancelled():
-                    fetch.exception()  # ended otherwise: a batch not admitted, fetched again
+                await _cancel(fetch)
+            if lead is not None:
+                await lead.step_down()  # after the fetch ended: no overlap with the next
 
     def _failed(self, what: str) -> None:
         """Count a failed poll; log when failures start and once per interval after."""
@@ -301,6 +412,15 @@ class PollingIngress:
     async def _pause(self, stopping: asyncio.Future[Any]) -> None:
         """Wait :meth:`retry_delay` seconds, or less if ``stop`` is set meanwhile."""
         await asyncio.wait({stopping}, timeout=self.retry_delay())
+
+
+async def _cancel(fetch: asyncio.Future[Any]) -> None:
+    """Cancel ``fetch`` and let it end (its ``CancelledError`` is its own; a batch it
+    fetched is never admitted, and fetched again)."""
+    fetch.cancel()
+    await asyncio.wait({fetch})
+    if not fetch.cancelled():
+        fetch.exception()
 
 
 def _update_id(item: object) -> int | None:

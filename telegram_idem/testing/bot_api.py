@@ -48,7 +48,10 @@ Run it for a bot in another process (prints its URL, serves until SIGINT or SIGT
 Deliberate simplifications: ``parse_mode`` is not rendered (``text`` is echoed verbatim and
 "not modified" compares text, parse mode, entities and markup as sent); message ids come from
 one counter shared by all chats; inline-message edits always succeed; ``allowed_updates`` is
-recorded but does not filter ``getUpdates``; faults are per fake, not per bot token (flood
+recorded but does not filter ``getUpdates``; as on Telegram, one long poll per bot at
+a time: a ``getUpdates`` arriving while another of the same bot waits (its client still
+connected) ends that one with 409 "Conflict: terminated by other getUpdates request"
+(`FakeBotAPI.poll_conflicts` counts them); faults are per fake, not per bot token (flood
 budgets are per bot); ``callback_answer_window`` counts from when the update was queued.
 """
 
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import copy
 import dataclasses
 import json
@@ -264,8 +268,9 @@ class ErrorAnswer:
         description: the ``description``.
         parameters: the ``ResponseParameters`` sent (``retry_after``,
             ``migrate_to_chat_id``), or ``None``.
-        source: ``"fault"`` (injected), ``"limits"`` (flood limits enforced) or ``"api"``
-            (the fake's own checks: not modified, message not found, ...).
+        source: ``"fault"`` (injected), ``"limits"`` (flood limits enforced),
+            ``"conflict"`` (a long poll ended by a newer ``getUpdates`` of the same bot)
+            or ``"api"`` (the fake's own checks: not modified, message not found, ...).
     """
 
     call: Call
@@ -281,6 +286,31 @@ class _Active:
 
     fault: Fault
     left: int | None
+
+
+@dataclass(slots=True)
+class _Poll:
+    """A ``getUpdates`` long poll in progress, and how to end it with 409."""
+
+    request: web.Request
+    terminated: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def connected(self) -> bool:
+        transport = self.request.transport
+        return transport is not None and not transport.is_closing()
+
+
+_REQUEST: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar(
+    "fake_bot_api_request", default=None
+)
+"""The request being answered (each aiohttp handler runs in its own task)."""
+
+CONFLICT_TERMINATED = (
+    "Conflict: terminated by other getUpdates request; "
+    "make sure that only one bot instance is running"
+)
+"""The 409 description Telegram gives a long poll that a newer ``getUpdates`` of the
+same bot ended."""
 
 
 class _APIError(Exception):
@@ -441,6 +471,7 @@ class FakeBotAPI(LoopbackServer):
         self._next_message_id = 1
         self._updates: list[dict[str, Any]] = []
         self._updates_changed = asyncio.Event()
+        self._polls: dict[str, _Poll] = {}
         self._answered: list[str] = []
         self._faults: list[_Active] = []
         self._results: dict[str, ResultFactory] = {}
@@ -696,6 +727,12 @@ class FakeBotAPI(LoopbackServer):
         """How many calls the enforced flood limits answered 429."""
         return sum(1 for e in self.errors if e.source == "limits")
 
+    @property
+    def poll_conflicts(self) -> int:
+        """How many long polls a newer ``getUpdates`` of the same bot ended with 409
+        "Conflict: terminated by other getUpdates request" (two pollers at once)."""
+        return sum(1 for e in self.errors if e.source == "conflict")
+
     def assert_sent_once(self, chat_id: int | str, text: str) -> None:
         """``text`` was sent to ``chat_id`` exactly once.
 
@@ -812,6 +849,7 @@ class FakeBotAPI(LoopbackServer):
             return self._error(err)
         call = Call(method, params, time.monotonic(), token)
         self.calls.append(call)
+        _REQUEST.set(request)
         try:
             bot_id = self._bot_id(token)
             self._spend(bot_id, method, params)
@@ -1185,17 +1223,39 @@ class FakeBotAPI(LoopbackServer):
         limit = params.get("limit") or 100
         limit = max(1, min(100, int(limit)))
         timeout = float(params.get("timeout") or 0)
-        if isinstance(offset, int) and offset < 0:
-            del self._updates[: max(0, len(self._updates) + offset)]
-        elif isinstance(offset, int) and offset > 0:
-            self._updates = [u for u in self._updates if u["update_id"] >= offset]
-        if not self._updates and timeout > 0 and not self._closing.is_set():
-            changed = self._updates_changed
-            try:
-                await asyncio.wait_for(changed.wait(), min(timeout, self.long_poll_cap))
-            except TimeoutError:
-                pass
-        return copy.deepcopy(self._updates[:limit])
+        # One long poll per bot, as on Telegram: a newer getUpdates ends the one in
+        # progress (its client still connected) with 409.
+        earlier = self._polls.get(bot_id)
+        if earlier is not None and earlier.connected():
+            earlier.terminated.set()
+        request = _REQUEST.get()
+        poll = _Poll(request) if request is not None else None
+        if poll is not None:
+            self._polls[bot_id] = poll
+        try:
+            if isinstance(offset, int) and offset < 0:
+                del self._updates[: max(0, len(self._updates) + offset)]
+            elif isinstance(offset, int) and offset > 0:
+                self._updates = [u for u in self._updates if u["update_id"] >= offset]
+            if not self._updates and timeout > 0 and not self._closing.is_set():
+                waits = [asyncio.ensure_future(self._updates_changed.wait())]
+                if poll is not None:
+                    waits.append(asyncio.ensure_future(poll.terminated.wait()))
+                try:
+                    await asyncio.wait(
+                        waits,
+                        timeout=min(timeout, self.long_poll_cap),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for wait in waits:
+                        wait.cancel()
+            if poll is not None and poll.terminated.is_set():
+                raise _APIError(409, CONFLICT_TERMINATED, source="conflict")
+            return copy.deepcopy(self._updates[:limit])
+        finally:
+            if poll is not None and self._polls.get(bot_id) is poll:
+                del self._polls[bot_id]
 
 
 def _describe_429(
