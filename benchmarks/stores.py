@@ -1,6 +1,6 @@
 """Store benchmark: each store's decisions priced against one raw round trip of its own client.
 
-    .venv/bin/python benchmarks/stores.py [--runs 5] [--n 300]
+    .venv/bin/python benchmarks/stores.py [--runs 5] [--n 300] [--quick]
         [--stores memory,sqlite,postgres,redis,dynamodb] [--no-powertools]
 
 For each store, in one process, on this machine:
@@ -878,7 +878,10 @@ def main() -> None:
     parser.add_argument(
         "--no-powertools", dest="powertools", action="store_false", help="skip Powertools"
     )
+    parser.add_argument("--quick", action="store_true", help="3 runs of 100 calls")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.n = 3, 100
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = [s for s in args.stores if s not in OPENERS]
     if unknown or args.runs < 1 or args.n < 1:
