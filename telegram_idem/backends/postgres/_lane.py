@@ -1,9 +1,9 @@
 """The pool connection the PostgreSQL store keeps between its calls (its "lane").
 
-Taking a connection from an asyncpg pool and giving it back costs more than a short
-statement's own round trip on loopback: ``Pool.release`` runs under ``asyncio.shield``
-(a task per call) and an acquire with a timeout runs under ``asyncio.wait_for`` (another
-task). ``benchmarks/pg_profile.py`` measures it. So
+Taking a connection from an asyncpg pool and giving it back is a large share of a short
+call: ``Pool.release`` runs under ``asyncio.shield`` (a task per call), an acquire with
+a timeout under ``asyncio.wait_for`` (another task), and each task costs event-loop
+turns. ``benchmarks/pg_profile.py`` times ``claim()`` with and without it. So
 :class:`~telegram_idem.backends.postgres._connection.PostgresConnection` keeps the
 connection of its last call and runs the next call on it when it is free; a call that
 finds it busy takes another from the pool as before. The kept connection is handed back
