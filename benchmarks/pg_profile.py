@@ -24,8 +24,8 @@ In one process, against ``IDEM_POSTGRES_URL`` (default
 - the claim's one race: ``--race`` connections claim one new key at once, ``--trials``
   times, and the share of claims that took one round trip, or two, is counted.
 
-Writes the tables into docs/performance.md (section "pg-profile") and its chart into
-docs/img/bench/pg-profile.png. Creates tables named ``bench_<tag>_…`` and drops them.
+Writes the tables into docs/performance.md (section "pgprofile") and its chart into
+docs/img/bench/pgprofile.png. Creates tables named ``bench_<tag>_…`` and drops them.
 """
 
 from __future__ import annotations
@@ -431,7 +431,7 @@ async def bench(args: argparse.Namespace) -> tuple[str, Chart]:
         "what the prepared statement saves. pg_stat_statements: "
         + ("loaded." if "pg_stat_statements" in (preload or "") else "not loaded on this server.")
         + " "
-        + chart_link("pg-profile", "Each part of a claim against its baseline"),
+        + chart_link("pgprofile", "Each part of a claim against its baseline"),
     ]
     chart = Chart(
         "PostgreSQL claim: each part / the raw baseline of its workload",
@@ -465,7 +465,7 @@ def main() -> None:
         args.runs, args.n = 3, 100
     report, chart = asyncio.run(bench(args))
     print(report)
-    write_section("pg-profile", "## PostgreSQL: where a claim's time goes\n\n" + report, chart)
+    write_section("pgprofile", "## PostgreSQL: where a claim's time goes\n\n" + report, chart)
 
 
 if __name__ == "__main__":
