@@ -359,10 +359,10 @@ async def test_a_write_whose_answer_was_lost_and_was_resent_is_still_ours(
     extra_tables: list[str],
     clock: ManualClock,
 ) -> None:
-    """A proxy forwards the claim's PutItem and the complete's PutItem to moto, then
-    answers 500 instead of moto's 200: botocore re-sends, and the condition refuses the
-    copy."""
-    lose = {"PutItem": 2}  # the first two that moto accepts: the claim's, the complete's
+    """A proxy forwards the claim's PutItem, the complete's PutItem and one complete's
+    UpdateItem to moto, then answers 500 instead of moto's 200: botocore re-sends, and
+    the condition refuses the copy."""
+    lose = {"PutItem": 2, "UpdateItem": 1}  # the claim's and complete's puts, one update
     seen: list[str] = []
 
     async def proxy(request: web.Request) -> web.Response:
@@ -404,6 +404,15 @@ async def test_a_write_whose_answer_was_lost_and_was_resent_is_still_ours(
             assert not await store.complete("k", got.token, b'"r"', retention=RETENTION)
             replay = await claim(store)
             assert (replay.outcome, replay.record.result) == (Outcome.REPLAY, b'"r"')
+            # a holder whose claim another store object wrote completes with an UpdateItem
+            other = DynamoDBStore(table, endpoint_url=url, clock=clock)
+            try:
+                held = await claim(store, "u")
+                seen.clear()
+                assert await other.complete("u", held.token, b'"u"', retention=RETENTION)
+                assert seen == ["UpdateItem", "UpdateItem"]
+            finally:
+                await other.close()
         finally:
             await store.close()
 
