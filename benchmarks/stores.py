@@ -1,6 +1,6 @@
 """Store benchmark: each store's decisions priced against one raw round trip of its own client.
 
-    .venv/bin/python benchmarks/stores.py [--runs 5] [--n 300]
+    .venv/bin/python benchmarks/stores.py [--runs 5] [--n 300] [--quick]
         [--stores memory,sqlite,postgres,redis,dynamodb] [--no-powertools]
 
 For each store, in one process, on this machine:
@@ -918,7 +918,10 @@ def main() -> None:
         action="store_false",
         help="print the tables only (docs/performance.md and the chart stay as they are)",
     )
+    parser.add_argument("--quick", action="store_true", help="3 runs of 100 calls")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.n = 3, 100
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = [s for s in args.stores if s not in OPENERS]
     if unknown or args.runs < 1 or args.n < 1:

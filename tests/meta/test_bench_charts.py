@@ -142,6 +142,7 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
         "ingress.py",
         "joined.py",
         "outbound.py",
+        "pg_profile.py",
         "redis_profile.py",
         "scaling.py",
         "stores.py",
@@ -161,6 +162,7 @@ def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -
         "outbound",
         "joined",
         "redis-profile",
+        "pg-profile",
         "scaling",
         "cluster",
     }

@@ -136,7 +136,7 @@ async def test_round_trips_per_primitive(
     assert await store.extend("k", first.token, lease=LEASE)
     assert trips() == ["UpdateItem"]
     assert await store.complete("k", first.token, b'"done"', retention=RETENTION)
-    assert trips() == ["UpdateItem"]
+    assert trips() == ["PutItem"]  # the claim's own item, replaced whole (conditioned)
     replay = await claim(store, fp="a")
     assert (replay.outcome, replay.record.result) == (Outcome.REPLAY, b'"done"')
     assert trips() == ["PutItem"]  # duplicate detection with the stored result: one
@@ -174,6 +174,49 @@ async def test_round_trips_per_primitive(
         received = Counter(server.requests)
         received.subtract(received_before)
         assert +received == total
+
+
+async def test_the_holders_last_write_replaces_the_claims_item_or_updates_it(
+    store: DynamoDBStore, clock: ManualClock, boto: Any
+) -> None:
+    sent = await count_requests(store)
+    first = await claim(store, "k", fp="a")
+    clock.advance(LEASE - 1)
+    assert await store.extend("k", first.token, lease=RETENTION)  # grows the retention end
+    sent.take()
+    clock.advance(1)
+    assert await store.complete("k", first.token, b'"done"', retention=10.0)
+    assert sent.take() == ["PutItem"]
+    item = boto.get_item(TableName=store.table, Key={"pk": {"S": "k"}}, ConsistentRead=True)
+    item = item["Item"]
+    assert item["status"] == {"S": "completed"} and item["result"]["B"] == b'"done"'
+    assert item["fp"] == {"S": "a"} and item["attempts"] == {"N": "1"}
+    assert float(item["exp_at"]["N"]) == pytest.approx(clock.now + 10.0)
+    assert float(item["lease"]["N"]) == pytest.approx(clock.now - 1 + RETENTION)
+
+    # a holder whose claim another store object wrote: the four attributes are updated
+    other = DynamoDBStore(
+        store.table, region=store.region, endpoint_url=store.endpoint_url, clock=clock
+    )
+    try:
+        held = await claim(store, "u")
+        assert await other.complete("u", held.token, b'"other"', retention=RETENTION)
+        record = await store.get("u")
+        assert record is not None and record.result == b'"other"'
+        # the item was removed and claimed afresh by someone else with the same token:
+        # the claim call's id tells the items apart, so the stale holder writes nothing
+        stale = await claim(store, "v")
+        boto.delete_item(TableName=store.table, Key={"pk": {"S": "v"}})
+        fresh = await claim(other, "v")
+        assert (fresh.outcome, fresh.token) == (Outcome.ACQUIRED, stale.token)
+        sent.take()
+        assert not await store.complete("v", stale.token, b'"stale"', retention=RETENTION)
+        assert sent.take() == ["PutItem"]
+        assert await other.complete("v", fresh.token, b'"fresh"', retention=RETENTION)
+        record = await store.get("v")
+        assert record is not None and record.result == b'"fresh"'
+    finally:
+        await other.close()
 
 
 # ----------------------------------------------------------------- expiry inside conditions
@@ -316,9 +359,10 @@ async def test_a_write_whose_answer_was_lost_and_was_resent_is_still_ours(
     extra_tables: list[str],
     clock: ManualClock,
 ) -> None:
-    """A proxy forwards the first PutItem and the first UpdateItem to moto, then answers
-    500 instead of moto's 200: botocore re-sends, and the condition refuses the copy."""
-    lose_once = {"PutItem", "UpdateItem"}
+    """A proxy forwards the claim's PutItem, the complete's PutItem and one complete's
+    UpdateItem to moto, then answers 500 instead of moto's 200: botocore re-sends, and
+    the condition refuses the copy."""
+    lose = {"PutItem": 2, "UpdateItem": 1}  # the claim's and complete's puts, one update
     seen: list[str] = []
 
     async def proxy(request: web.Request) -> web.Response:
@@ -333,8 +377,8 @@ async def test_a_write_whose_answer_was_lost_and_was_resent_is_still_ours(
             ) as r:
                 body, status = await r.read(), r.status
                 content_type = r.headers.get("Content-Type", "application/x-amz-json-1.0")
-        if op in lose_once and status == 200:
-            lose_once.discard(op)
+        if lose.get(op) and status == 200:
+            lose[op] -= 1
             return _error("InternalServerError", 500)
         return web.Response(status=status, body=body, headers={"Content-Type": content_type})
 
@@ -355,11 +399,20 @@ async def test_a_write_whose_answer_was_lost_and_was_resent_is_still_ours(
             assert (got.outcome, got.token) == (Outcome.ACQUIRED, 1)  # not "in progress"
             assert seen == ["PutItem", "PutItem"]
             assert await store.complete("k", got.token, b'"r"', retention=RETENTION)
-            assert seen[2:] == ["UpdateItem", "UpdateItem"]
+            assert seen[2:] == ["PutItem", "PutItem"]
             # without a re-send, completing twice is refused as the state machine says
             assert not await store.complete("k", got.token, b'"r"', retention=RETENTION)
             replay = await claim(store)
             assert (replay.outcome, replay.record.result) == (Outcome.REPLAY, b'"r"')
+            # a holder whose claim another store object wrote completes with an UpdateItem
+            other = DynamoDBStore(table, endpoint_url=url, clock=clock)
+            try:
+                held = await claim(store, "u")
+                seen.clear()
+                assert await other.complete("u", held.token, b'"u"', retention=RETENTION)
+                assert seen == ["UpdateItem", "UpdateItem"]
+            finally:
+                await other.close()
         finally:
             await store.close()
 

@@ -13,7 +13,9 @@ It owns:
 - the clock: :attr:`~PostgresConnection.server_clock` (every statement reads the
   server's) or the injected clock, sent as the last parameter (:meth:`now_args`);
 - one round trip with its errors translated (:meth:`call` = :meth:`run` +
-  :meth:`translate`): a connection that saw a driver error is discarded, never reused;
+  :meth:`translate`), on the connection kept from the last call when it is free
+  (:mod:`~telegram_idem.backends.postgres._lane`; no pool acquire per call): a
+  connection that saw a driver error is discarded, never reused;
 - purge bookkeeping: :meth:`wrote` counts writes and, every ``purge_every``, starts
   the purge its records part registered (:meth:`purge_with`) in the background.
 """
@@ -32,6 +34,7 @@ import asyncpg
 from telegram_idem._clock import Clock
 from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.postgres._errors import POSTGRES_ERRORS, translate
+from telegram_idem.backends.postgres._lane import Lane
 from telegram_idem.backends.postgres._schema import (
     create_schema,
     flood_table_name,
@@ -153,6 +156,7 @@ class PostgresConnection:
         self._writes = 0
         self._purge: Callable[[int], Awaitable[int]] | None = None
         self._purge_task: asyncio.Task[None] | None = None
+        self._lane = Lane(enabled=options.max_size >= 2, release_timeout=options.acquire_timeout)
 
     def __repr__(self) -> str:
         return f"PostgresConnection({self.label})"
@@ -223,8 +227,10 @@ class PostgresConnection:
         return pool
 
     async def run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``fn(connection)`` on a pool connection; a connection that raised a driver
-        error is terminated (the pool opens a new one), never handed to the next caller.
+        """Run ``fn(connection)`` on a pool connection: the one kept from the last call
+        when it is free (:mod:`~telegram_idem.backends.postgres._lane`), else one taken
+        from the pool. A connection that raised a driver error is terminated (the pool
+        opens a new one), never handed to the next caller.
 
         Args:
             fn: the query(ies), given a pool connection.
@@ -236,16 +242,30 @@ class PostgresConnection:
         """
         try:
             pool = await self.pool()
-            async with pool.acquire(timeout=self.options.acquire_timeout) as conn:
-                try:
-                    return await fn(conn)
-                except POSTGRES_ERRORS.transient:
+            lane = self._lane
+            conn = lane.take()
+            kept = conn is not None
+            if not kept:
+                # asyncio.timeout, not acquire(timeout=): asyncpg's wait_for is a task per call
+                async with asyncio.timeout(self.options.acquire_timeout):
+                    conn = await pool.acquire()
+                kept = lane.adopt(pool, conn)
+            try:
+                result = await fn(conn)
+            except BaseException as exc:
+                if isinstance(exc, POSTGRES_ERRORS.transient):
                     # The connection may be half-dead (server shut down, protocol state
                     # lost): never hand it to the next caller; the pool opens a new one.
                     # (A connection asyncpg already closed is back in the pool: skip it.)
                     with contextlib.suppress(Exception):
                         conn.terminate()
-                    raise
+                if kept:
+                    lane.drop(conn)
+                await pool.release(conn, timeout=self.options.acquire_timeout)
+                raise
+            if not (kept and lane.keep(conn)):
+                await pool.release(conn, timeout=self.options.acquire_timeout)
+            return result
         except asyncpg.InterfaceError as exc:
             if isinstance(exc, ValueError):  # asyncpg's client-side DataError: a bad argument
                 raise TypeError(f"{self.label}: {exc}") from exc
@@ -315,8 +335,12 @@ class PostgresConnection:
             return
         if self._purge_task is not None and not self._purge_task.done():
             return
-        # Only on a spare connection: an idle one, or room to open one.
-        if pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size():
+        # Only on a spare connection: the kept one free, an idle one, or room to open one.
+        if (
+            not self._lane.free
+            and pool.get_idle_size() == 0
+            and pool.get_size() >= pool.get_max_size()
+        ):
             return
         self._purge_task = asyncio.get_running_loop().create_task(
             self._background_purge(self._purge),
@@ -343,6 +367,7 @@ class PostgresConnection:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._lane.close()
         async with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
