@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from functools import partial
 from typing import Any, Self
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
