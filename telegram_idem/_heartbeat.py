@@ -36,7 +36,7 @@ class _Ticker:
     """Extends the leases of the holders of one event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._holders: dict[int, _Holder] = {}
         self._ids = itertools.count()
         self._task: asyncio.Task[None] | None = None
@@ -47,7 +47,7 @@ class _Ticker:
         hid = next(self._ids)
         self._holders[hid] = _Holder(extend, interval, time.monotonic() + interval, name)
         if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._run())
+            self._task = self.loop.create_task(self._run())
         elif interval < 1.0:
             self._wake.set()  # a short interval may be due before the ticker's next look
         return hid
@@ -73,7 +73,7 @@ class _Ticker:
             for hid, holder in list(self._holders.items()):
                 if holder.due <= now and not holder.beating:
                     holder.beating = True
-                    task = self._loop.create_task(self._beat(hid, holder))
+                    task = self.loop.create_task(self._beat(hid, holder))
                     self._beats.add(task)
                     task.add_done_callback(self._beats.discard)
             await asyncio.sleep(0)
@@ -112,7 +112,7 @@ _last: _Ticker | None = None
 def _ticker_of(loop: asyncio.AbstractEventLoop) -> _Ticker:
     global _last
     last = _last
-    if last is not None and last._loop is loop:
+    if last is not None and last.loop is loop:
         return last
     ticker = _tickers.get(loop)
     if ticker is None:

@@ -137,7 +137,7 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
                 assert len(node.args) + len(node.keywords) == 3, (
                     f"{script.name} writes a section without its chart"
                 )
-    assert sorted(writers) == ["ingress.py", "joined.py", "outbound.py", "stores.py"]
+    assert sorted(writers) == ["deployed.py", "ingress.py", "joined.py", "outbound.py", "stores.py"]
 
 
 def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -> None:
@@ -147,7 +147,7 @@ def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -
     for link in shown:
         assert png_size(ROOT / "docs" / link)[0] == 900, link
     sections = re.findall(r"<!-- (\w+):begin -->(.*?)<!-- \1:end -->", text, flags=re.S)
-    assert {name for name, _ in sections} == {"ingress", "stores", "outbound", "joined"}
+    assert {name for name, _ in sections} == {"ingress", "deployed", "stores", "outbound", "joined"}
     for name, body in sections:
         assert f"(img/bench/{name}.png)" in body, f"section {name} shows no chart"
     drawn = {f"img/bench/{p.name}" for p in (ROOT / "docs" / "img" / "bench").glob("*.png")}
