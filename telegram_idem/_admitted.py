@@ -345,7 +345,7 @@ async def _claim_key(
     emit_decision(
         boundary="update",
         key=claim.record.key,
-        decision=claim.outcome.value,
+        decision=str(claim.outcome),  # the value, without the enum property
         update=update,
         fencing_token=claim.token,
         elapsed_ms=(time.perf_counter() - started) * 1000,
@@ -355,14 +355,24 @@ async def _claim_key(
 
 
 async def _claim_waiting(
-    host: AdmissionHost, key: str, update: Mapping[str, Any], *, bot_id: int, wait: float
+    host: AdmissionHost,
+    key: str,
+    update: Mapping[str, Any],
+    *,
+    bot_id: int,
+    wait: float,
+    seen: Claim | None = None,
 ) -> Claim:
     """Claim, looking again with backoff (50 ms doubling to 1 s) while the claim is in
-    progress, until ``wait`` seconds have passed."""
+    progress, until ``wait`` seconds have passed. ``seen``: the answer of a claim just
+    made, taken as the first look."""
     deadline = time.monotonic() + wait
     delay = 0.05
     while True:
-        claim = await _claim_key(host, key, update, bot_id)
+        if seen is not None:
+            claim, seen = seen, None
+        else:
+            claim = await _claim_key(host, key, update, bot_id)
         if claim.outcome is not Outcome.IN_PROGRESS or wait <= 0:
             return claim
         left = deadline - time.monotonic()
@@ -385,15 +395,27 @@ async def admit(
     policy = store_policy if isinstance(store_policy, StorePolicy) else StorePolicy.of(store_policy)
     uid = _update_id(update)
     key = host.keys.update(bot_id, uid)
+    started = time.monotonic()
+    first: Claim | StoreError | None
+    try:  # the common case first: one claim, decided, without the wait loop
+        first = await _claim_key(host, key, update, bot_id)
+    except StoreError as exc:
+        first = exc
+    if isinstance(first, Claim) and (first.outcome is not Outcome.IN_PROGRESS or wait <= 0):
+        return _admitted(host, update, bot_id=bot_id, key=key, claim=first, wait=wait)
+    # In progress elsewhere with a wait, or a store error: wait and claim again.
     if policy is StorePolicy.FAIL_OPEN:
         outage_wait = 0.0
-    outage_deadline = time.monotonic() + outage_wait
+    outage_deadline = started + outage_wait
     outage_delay = 0.5
     down_since: float | None = None
     while True:
         try:
-            claim = await _claim_waiting(host, key, update, bot_id=bot_id, wait=wait)
+            if isinstance(first, StoreError):
+                raise first
+            claim = await _claim_waiting(host, key, update, bot_id=bot_id, wait=wait, seen=first)
         except StoreError as exc:
+            first = None
             left = outage_deadline - time.monotonic()
             if left > 0:
                 if down_since is None:
@@ -417,15 +439,28 @@ async def admit(
                 uid,
                 time.monotonic() - down_since,
             )
-        outcome = admission_for(claim.outcome)
-        if outcome is Admission.NOT_YET:
-            log.warning(
-                "update %s is in progress elsewhere (another holder's lease is alive%s): "
-                "not run here, not acknowledged as a duplicate",
-                uid,
-                f", still after {wait:.1f} s" if wait > 0 else "",
-            )
-        return Admitted(host, update, bot_id=bot_id, key=key, outcome=outcome, claim=claim)
+        return _admitted(host, update, bot_id=bot_id, key=key, claim=claim, wait=wait)
+
+
+def _admitted(
+    host: AdmissionHost,
+    update: Mapping[str, Any],
+    *,
+    bot_id: int,
+    key: str,
+    claim: Claim,
+    wait: float,
+) -> Admitted:
+    """The admission a store's answer ``claim`` makes (logged when in progress elsewhere)."""
+    outcome = admission_for(claim.outcome)
+    if outcome is Admission.NOT_YET:
+        log.warning(
+            "update %s is in progress elsewhere (another holder's lease is alive%s): "
+            "not run here, not acknowledged as a duplicate",
+            update.get("update_id"),
+            f", still after {wait:.1f} s" if wait > 0 else "",
+        )
+    return Admitted(host, update, bot_id=bot_id, key=key, outcome=outcome, claim=claim)
 
 
 def _outage(

@@ -15,7 +15,7 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 __all__ = ["heartbeat"]
@@ -38,7 +38,7 @@ class _Ticker:
     """Extends the leases of the holders of one event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._holders: dict[int, _Holder] = {}
         self._ids = itertools.count()
         self._task: asyncio.Task[None] | None = None
@@ -52,11 +52,11 @@ class _Ticker:
         if self._task is None or self._task.done():
             # A timer, not a task, until a beat is due: a task started and ended per
             # holder cost each short run ~20 µs (benchmarks/redis_profile.py).
-            at = self._loop.time() + interval
+            at = self.loop.time() + interval
             if self._start_at is None or self._start_at.when() > at:
                 if self._start_at is not None:
                     self._start_at.cancel()
-                self._start_at = self._loop.call_at(at, self._start)
+                self._start_at = self.loop.call_at(at, self._start)
         elif interval < 1.0:
             self._wake.set()  # a short interval may be due before the ticker's next look
         return hid
@@ -64,7 +64,7 @@ class _Ticker:
     def _start(self) -> None:
         self._start_at = None
         if self._holders and (self._task is None or self._task.done()):
-            self._task = self._loop.create_task(self._run())
+            self._task = self.loop.create_task(self._run())
 
     def remove(self, hid: int) -> None:
         self._holders.pop(hid, None)
@@ -90,7 +90,7 @@ class _Ticker:
             for hid, holder in list(self._holders.items()):
                 if holder.due <= now and not holder.beating:
                     holder.beating = True
-                    task = self._loop.create_task(self._beat(hid, holder))
+                    task = self.loop.create_task(self._beat(hid, holder))
                     self._beats.add(task)
                     task.add_done_callback(self._beats.discard)
             await asyncio.sleep(0)
@@ -121,11 +121,28 @@ _tickers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = (
 )
 
 
-@contextlib.contextmanager
-def heartbeat(
-    extend: Extend, *, interval: float, name: str, enabled: bool = True
-) -> Iterator[None]:
-    """Call ``extend()`` every ``interval`` seconds while the block runs.
+# The ticker used last (one loop is the usual case), found without the weak mapping; it
+# keeps that one loop alive until another loop's ticker is used.
+_last: _Ticker | None = None
+
+
+def _ticker_of(loop: asyncio.AbstractEventLoop) -> _Ticker:
+    global _last
+    last = _last
+    if last is not None and last.loop is loop:
+        return last
+    ticker = _tickers.get(loop)
+    if ticker is None:
+        ticker = _tickers[loop] = _Ticker(loop)
+    _last = ticker
+    return ticker
+
+
+class heartbeat:
+    """Call ``extend()`` every ``interval`` seconds while the ``with`` block runs.
+
+    A class, not a generator-based context manager: entering and leaving is on the path
+    of every update (a generator's ``with`` costs several times more).
 
     Args:
         extend: renews the lease; ``False`` means the lease was lost (beats stop).
@@ -133,15 +150,25 @@ def heartbeat(
         name: what is held, for the log.
         enabled: ``False`` does nothing.
     """
-    if not enabled:
-        yield
-        return
-    loop = asyncio.get_running_loop()
-    ticker = _tickers.get(loop)
-    if ticker is None:
-        ticker = _tickers[loop] = _Ticker(loop)
-    hid = ticker.add(extend, interval, name)
-    try:
-        yield
-    finally:
-        ticker.remove(hid)
+
+    __slots__ = ("_enabled", "_extend", "_hid", "_interval", "_name", "_ticker")
+
+    def __init__(self, extend: Extend, *, interval: float, name: str, enabled: bool = True) -> None:
+        self._extend = extend
+        self._interval = interval
+        self._name = name
+        self._enabled = enabled
+        self._ticker: _Ticker | None = None
+        self._hid = 0
+
+    def __enter__(self) -> None:
+        if not self._enabled:
+            return
+        ticker = _ticker_of(asyncio.get_running_loop())
+        self._hid = ticker.add(self._extend, self._interval, self._name)
+        self._ticker = ticker
+
+    def __exit__(self, *exc: object) -> None:
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.remove(self._hid)

@@ -59,15 +59,31 @@ class BlogBot:
     worker: InboxWorker
     outbound: Outbound
 
-    def web_app(self, *, path: str = "/webhook") -> web.Application:
-        """An aiohttp app serving ``POST <path>`` and ``GET /healthz``; the workers run
-        while the app runs and finish (or return) their entries at shutdown."""
+    def web_app(self, *, path: str = "/webhook", workers: bool = True) -> web.Application:
+        """An aiohttp app serving ``POST <path>`` and ``GET /healthz``.
+
+        ``workers=True``: the inbox workers and the outbox relay run in this process while
+        the app runs, and finish (or return) their entries at shutdown. ``workers=False``:
+        the app only admits updates into the inbox; :meth:`work` (``python -m
+        examples.blog_bot work``, which ``serve`` starts by default) processes them in
+        another process, so the webhook's answers never wait behind the handlers' work on
+        this event loop."""
         app = web.Application()
         app.router.add_post(path, self.ingress.handle)
         app.router.add_get("/healthz", _healthz)
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
+        if workers:
+            app.on_startup.append(self._on_startup)
+            app.on_shutdown.append(self._on_shutdown)
         return app
+
+    async def work(self, stop: asyncio.Event) -> None:
+        """Process the inbox (the workers and the outbox relay, no webhook) until ``stop``
+        is set; in-flight entries then finish (30 s grace) or go back to the inbox."""
+        self._start()
+        try:
+            await stop.wait()
+        finally:
+            await self._stop()
 
     async def _on_startup(self, _app: web.Application) -> None:
         self._start()

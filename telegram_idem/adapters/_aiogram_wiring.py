@@ -36,7 +36,10 @@ from telegram_idem.errors import ConfigurationError
 
 __all__ = ["answering_first_routes", "check_event", "check_handlers", "check_observers"]
 
-_checked: weakref.WeakKeyDictionary[Dispatcher, str | None] = weakref.WeakKeyDictionary()
+# The answer per dispatcher, by id (a plain dict lookup on every update; the entry is
+# dropped when the dispatcher is collected, before its id can be reused).
+_UNCHECKED = object()
+_checked: dict[int, object] = {}
 
 
 def check_event(event: object) -> None:
@@ -91,11 +94,13 @@ def check_handlers(dispatcher: Dispatcher | None, *, fresh: bool = False) -> Non
     """
     if dispatcher is None:
         return
-    if fresh or dispatcher not in _checked:
-        _checked[dispatcher] = _find_misplaced(dispatcher)
-    problem = _checked[dispatcher]
+    problem = _checked.get(id(dispatcher), _UNCHECKED)
+    if problem is _UNCHECKED:  # the first walk of this dispatcher: forget it when it goes
+        weakref.finalize(dispatcher, _checked.pop, id(dispatcher), None)
+    if fresh or problem is _UNCHECKED:
+        problem = _checked[id(dispatcher)] = _find_misplaced(dispatcher)
     if problem is not None:
-        raise ConfigurationError(problem)
+        raise ConfigurationError(str(problem))
 
 
 def _find_misplaced(dispatcher: Dispatcher) -> str | None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from functools import partial
 from typing import Any, Self
 
 from aiogram import BaseMiddleware, Bot, Dispatcher
@@ -285,7 +286,8 @@ class IdempotencyMiddleware(BaseMiddleware):
         event: TelegramObject,
         data: dict[str, Any],
     ) -> Any:
-        check_event(event)  # wiring mistakes raise instead of guarding nothing
+        if not isinstance(event, Update):
+            check_event(event)  # wiring mistakes raise instead of guarding nothing
         data["idem"] = self.idem
         if self.tokens is not None:
             data["idem_tokens"] = self.tokens
@@ -301,7 +303,7 @@ class IdempotencyMiddleware(BaseMiddleware):
         if admitted.outcome is Admission.DUPLICATE:
             return UNHANDLED
         # NOT_YET raises UpdateInProgressError, UNAVAILABLE the StoreError.
-        return await admitted.run(lambda: handler(event, data))
+        return await admitted.run(partial(handler, event, data))
 
 
 def _answering_first() -> BaseRequestHandler | None:

@@ -115,6 +115,14 @@ class LocalStore(Store):
         return await self._transaction(body)
 
     async def _complete(self, key: str, token: int, result: bytes, retention: float) -> bool:
+        if self.in_loop:  # every update completes: the one step without its closures
+            records, now = self._records_now()
+            new = machine.do_complete(
+                records.read(key), token=token, result=result, now=now, retention=retention
+            )
+            if new is not None:
+                records.write(new)
+            return new is not None
         return await self._update(
             key,
             lambda r, now: machine.do_complete(

@@ -39,17 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from telegram_idem._admission import Admission, StorePolicy, StorePolicyLike
+from telegram_idem._admitted import Admitted
 from telegram_idem._guard import Idem
 from telegram_idem._ordering import Ordering
 from telegram_idem._webhook_secret import SecretTokens, secret_check
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.inbox import Dispatch, new_entry
+from telegram_idem.inbox import Dispatch, NewEntry, new_entry
+from telegram_idem.ingress._batching import AdmissionBatches
 from telegram_idem.ingress._reading import read_update
 from telegram_idem.webhook_request import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 
@@ -84,6 +86,11 @@ class WebhookIngress:
         ordering: how entries are ordered (default: chat, split by business connection
             and forum topic; callback queries in their own lane) —
             :class:`~telegram_idem._ordering.Ordering`.
+        max_batch: most deliveries admitted in one store write. Deliveries that arrive
+            while an admission is being written wait and go together in the next one
+            (:class:`~telegram_idem.ingress._batching.AdmissionBatches`), so under load
+            the store writes once per batch, not once per POST, and the answers do not
+            queue behind each other's commits; alone, a delivery is written at once.
 
     Raises:
         ConfigurationError: no ``secret_token`` without ``allow_unauthenticated=True``, a
@@ -104,6 +111,7 @@ class WebhookIngress:
         fail_open_dispatch: Dispatch | None = None,
         on_admitted: Callable[[], None] | None = None,
         ordering: Ordering | None = None,
+        max_batch: int = 100,
     ) -> None:
         on_store_error = StorePolicy.of(on_store_error)
         if on_store_error is StorePolicy.FAIL_OPEN and fail_open_dispatch is None:
@@ -125,6 +133,14 @@ class WebhookIngress:
         self.not_yet = 0
         """Deliveries answered 503 because another shape holds the update's claim."""
         self._unguarded: set[asyncio.Future[Any]] = set()
+        self._batches = AdmissionBatches(self._admit_batch, max_batch=max_batch)
+
+    async def _admit_batch(
+        self, entries: Sequence[NewEntry], updates: Sequence[Mapping[str, Any]]
+    ) -> list[Admitted]:
+        return await self.idem.admit_to_inbox(
+            entries, updates, bot_id=self.bot_id, store_policy=self.on_store_error, inbox=self.inbox
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one webhook POST (see the module's table).
@@ -140,13 +156,7 @@ class WebhookIngress:
             request, secret=self.secret, max_body=self.max_body, read_timeout=self.read_timeout
         )
         entry = new_entry(self.idem, update, bot_id=self.bot_id, ordering=self.ordering)
-        [admitted] = await self.idem.admit_to_inbox(
-            [entry],
-            [update],
-            bot_id=self.bot_id,
-            store_policy=self.on_store_error,
-            inbox=self.inbox,
-        )
+        admitted = await self._batches.admit(entry, update)
         if admitted.outcome is Admission.NOT_YET:
             self.not_yet += 1
         if not admitted.acknowledged:  # NOT_YET, UNAVAILABLE: Telegram re-sends

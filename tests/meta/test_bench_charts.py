@@ -139,6 +139,7 @@ def test_every_benchmark_that_writes_a_section_draws_its_chart() -> None:
                 )
     assert sorted(writers) == [
         "cluster_ingress.py",
+        "deployed.py",
         "ingress.py",
         "joined.py",
         "outbound.py",
@@ -158,6 +159,7 @@ def test_every_chart_performance_md_shows_exists_and_every_section_shows_one() -
     sections = re.findall(r"<!-- ([\w-]+):begin -->(.*?)<!-- \1:end -->", text, flags=re.S)
     assert {name for name, _ in sections} == {
         "ingress",
+        "deployed",
         "stores",
         "outbound",
         "joined",

@@ -92,6 +92,8 @@ def publish_commits(repo_path: Path) -> list[str]:
     repo = Repo(str(repo_path))
     try:
         messages = [e.commit.message.decode() for e in repo.get_walker()]
+    except KeyError:  # initialised, its first commit not written yet: HEAD resolves to nothing
+        return []
     finally:
         repo.close()
     return [m for m in messages if m.startswith("Publish")]
