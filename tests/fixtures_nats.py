@@ -7,17 +7,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import shutil
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import nats
 import nats.js.errors
 import pytest
+from services import load_services_script
 
 from telegram_idem._clock import ManualClock
 from telegram_idem.backends import Store, store_from_url
 from telegram_idem.backends.nats import JetStreamStore, with_jetstream_inbox
+from telegram_idem.testing._stores import nats_answers
 
-__all__ = ["delete_streams", "jetstream_streams", "stream_for", "wrap"]
+__all__ = ["NatsServer", "delete_streams", "jetstream_streams", "private_nats", "stream_for", "wrap"]
 
 
 def stream_for(claim_url: str, tag: str) -> str:
@@ -77,3 +83,59 @@ async def jetstream_store(
     )  # type: ignore[arg-type]
     yield store
     await store.close()
+
+
+class NatsServer:
+    """A private ``nats-server -js`` on a free loopback port, its JetStream store in
+    ``directory``: stopped and started again on the same port and store (a broker
+    restart), killed at the end.
+
+    Args:
+        directory: where the server keeps its streams and its log.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = load_services_script().free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it and wait (≤ 20 s) until it greets."""
+        program = shutil.which("nats-server")
+        if program is None:
+            pytest.skip("nats-server is not installed")
+        with (self.directory / "nats.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [program, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.directory)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        for _ in range(400):
+            if nats_answers(self.url, 0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"nats-server on {self.port} did not start")
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM, then SIGKILL after 10 s) and wait until it is gone."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[NatsServer]:
+    """A started :class:`NatsServer` of this test only."""
+    server = NatsServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -10,6 +10,7 @@ user or password is a :class:`~telegram_idem.errors.ConfigurationError`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -34,6 +35,8 @@ from telegram_idem.backends import _driver as driver
 from telegram_idem.backends.nats._layout import Layout
 
 __all__ = ["Connection", "Settings"]
+
+log = logging.getLogger("telegram_idem.nats")
 
 T = TypeVar("T")
 
@@ -201,7 +204,10 @@ class Connection:
         nc, self._nc, self._js, self._kv = self._nc, None, None, None
         self._pulls = {}
         if nc is not None:
-            await nc.close()
+            try:
+                await nc.close()
+            except Exception as exc:  # a connection lost already is closed enough
+                log.info("closing the NATS connection: %s", exc)
 
 
 DISCOVER_BATCH = 256

@@ -35,6 +35,7 @@ __all__ = ["JetStreamInbox"]
 log = logging.getLogger("telegram_idem.nats")
 
 _CAS = nats.js.errors.KeyWrongLastSequenceError
+_BURIED = object()
 DISCOVER_WAIT = 1.0
 """Seconds a take waits for another process to finish recording a batch it fetched."""
 
@@ -362,31 +363,40 @@ class JetStreamInbox(Inbox):
         async def run() -> InboxEntry | None:
             view, now = await asyncio.gather(self._known(), self._store.now())
             await self._sweep(view, now)
-            for state in candidates((k.state for k in view.known.values()), now):
-                key = Layout.entry_key(state.id)
-                known = view.known.get(key)
-                if known is None or key in self._trying:
-                    continue
-                self._trying.add(key)
-                try:
-                    got = await self._lease(key, known, now, lease)
-                finally:
-                    self._trying.discard(key)
-                if got is not None:
-                    return got
+            buried = True
+            while buried:  # a head buried by the redelivery limit frees its unit: again
+                buried = False
+                for state in candidates((k.state for k in view.known.values()), now):
+                    key = Layout.entry_key(state.id)
+                    known = view.known.get(key)
+                    if known is None or key in self._trying:
+                        continue
+                    self._trying.add(key)
+                    try:
+                        got = await self._lease(key, known, now, lease)
+                    finally:
+                        self._trying.discard(key)
+                    if isinstance(got, InboxEntry):
+                        return got
+                    if got is _BURIED:
+                        buried = True
+                        break
             return None
 
         return await self._conn.call("inbox.take", run)
 
-    async def _lease(self, key: str, known: Known, now: float, lease: float) -> InboxEntry | None:
+    async def _lease(
+        self, key: str, known: Known, now: float, lease: float
+    ) -> InboxEntry | object | None:
+        """The entry leased; :data:`_BURIED` if the limit or a lost message buried it
+        instead; ``None`` if another taker changed it first."""
         state = known.state
         if self.max_deliver is not None and state.attempts >= self.max_deliver:
             error = f"redelivery limit: taken {state.attempts} times (max_deliver)"
             dead = replace(
                 state, status=EntryStatus.DEAD.value, last_error=state.last_error or error
             )
-            await self._write(key, known, dead)
-            return None
+            return _BURIED if await self._write(key, known, dead) else None
         held = state.taken(now, lease)
         if not await self._write(key, known, held):
             return None
@@ -400,7 +410,7 @@ class JetStreamInbox(Inbox):
                 last_error="its message is gone from the stream",
             )
             await self._write(key, current, gone)
-            return None
+            return _BURIED
         return held.entry(payload)
 
     async def _sweep(self, view: View, now: float) -> None:

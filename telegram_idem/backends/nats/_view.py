@@ -23,8 +23,10 @@ __all__ = ["Known", "View"]
 
 log = logging.getLogger("telegram_idem.nats")
 
-SYNC_TIMEOUT = 5.0
+LAG_TIMEOUT = 1.0
 """Seconds :meth:`View.sync` waits for the watcher before it starts a new one."""
+SYNC_TIMEOUT = 5.0
+"""Seconds :meth:`View.sync` then waits for the new one before it gives up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +121,26 @@ class View:
         if self._task is None or self._task.done():
             self._start()
         last = await self._last_revision()
+        if await self._reaches(last, LAG_TIMEOUT):
+            return
+        # A watcher that stopped hearing the bucket (its server restarted, its ordered
+        # consumer is gone) does not catch up: follow again from a fresh snapshot.
+        log.info("state watcher lags behind revision %d; following the bucket again", last)
+        await self.close()
+        self._start()
+        if not await self._reaches(last, SYNC_TIMEOUT):
+            await self.close()
+            raise TimeoutError(f"the state bucket's watcher did not reach revision {last}")
+
+    async def _reaches(self, revision: int, timeout: float) -> bool:
         async with self._changed:
             try:
                 await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self._seen >= last), SYNC_TIMEOUT
+                    self._changed.wait_for(lambda: self._seen >= revision), timeout
                 )
             except TimeoutError:
-                log.warning("state watcher lags behind revision %d; following again", last)
-                await self.close()
-                raise
+                return False
+        return True
 
     async def close(self) -> None:
         """Stop following."""
