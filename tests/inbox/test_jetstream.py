@@ -312,8 +312,12 @@ async def test_webhook_and_worker_on_jetstream_run_20_deliveries_once(jetstream_
         try:
             async with TelegramDelivery(f"{base}/webhook", secret_token=SECRET) as tg:
                 reports = await tg.deliver_concurrently(load_fixture("techpost_command"), 20)
-            assert all(r.statuses == [200] for r in reports)
-            assert (ingress.admitted, ingress.duplicates) == (1, 19)
+            # A delivery that lands while the first one publishes finds the update's claim
+            # in progress (the guard is recorded only after the PubAck): 503, and
+            # Telegram's re-send is then a duplicate. Every delivery ends acknowledged.
+            assert all(r.statuses[-1] == 200 for r in reports)
+            assert all(set(r.statuses) <= {200, 503} for r in reports)
+            assert ingress.admitted == 1
             await worker.drain(limit=30)
         finally:
             await worker.stop()
