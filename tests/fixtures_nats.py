@@ -23,7 +23,14 @@ from telegram_idem.backends import Store, store_from_url
 from telegram_idem.backends.nats import JetStreamStore, with_jetstream_inbox
 from telegram_idem.testing._stores import nats_answers
 
-__all__ = ["NatsServer", "delete_streams", "jetstream_streams", "private_nats", "stream_for", "wrap"]
+__all__ = [
+    "NatsServer",
+    "delete_streams",
+    "jetstream_streams",
+    "private_nats",
+    "stream_for",
+    "wrap",
+]
 
 
 def stream_for(claim_url: str, tag: str) -> str:
@@ -75,12 +82,12 @@ async def jetstream_store(
     idem_nats_url: str,
     jetstream_stream: str,
     sqlite_url_factory: Callable[[], str],
-    idem_clock: object,
+    idem_clock: ManualClock,
 ) -> AsyncIterator[JetStreamStore]:
     """A SQLite claim store on the test's clock with a JetStream inbox."""
     store = wrap(
         store_from_url(sqlite_url_factory(), clock=idem_clock), idem_nats_url, jetstream_stream
-    )  # type: ignore[arg-type]
+    )
     yield store
     await store.close()
 
@@ -107,7 +114,16 @@ class NatsServer:
             pytest.skip("nats-server is not installed")
         with (self.directory / "nats.log").open("ab") as log:
             self._proc = subprocess.Popen(
-                [program, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.directory)],
+                [
+                    program,
+                    "-js",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-sd",
+                    str(self.directory),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -162,14 +161,21 @@ async def test_a_broker_restart_loses_nothing_and_runs_each_update_once(
 
     async def post(update_id: int) -> int:
         body = json.dumps(
-            {"update_id": update_id, "message": {"message_id": update_id, "date": 0,
-                                                 "chat": {"id": update_id % 3, "type": "private"},
-                                                 "text": "hi"}}
+            {
+                "update_id": update_id,
+                "message": {
+                    "message_id": update_id,
+                    "date": 0,
+                    "chat": {"id": update_id % 3, "type": "private"},
+                    "text": "hi",
+                },
+            }
         )
         headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"}
-        async with aiohttp.ClientSession() as s, s.post(
-            f"{base}/webhook", data=body, headers=headers
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{base}/webhook", data=body, headers=headers) as resp,
+        ):
             return resp.status
 
     try:
@@ -242,21 +248,26 @@ async def test_a_worker_killed_holding_entries_leaves_them_to_another_after_the_
         inbox = store.inbox()
         for uid in (1, 2, 3):
             assert await inbox.admit(entry(uid, f"chat:{uid}"), retention=RETENTION)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, db, idem_nats_url, jetstream_stream, str(effects), "3"],
-            stdout=subprocess.PIPE,
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _HOLDER,
+            db,
+            idem_nats_url,
+            jetstream_stream,
+            str(effects),
+            "3",
+            stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
         try:
             assert holder.stdout is not None
-            took = [holder.stdout.readline().decode().split()[1] for _ in range(3)]
+            took = [(await holder.stdout.readline()).decode().split()[1] for _ in range(3)]
             assert sorted(took) == ["idem:7:u:1", "idem:7:u:2", "idem:7:u:3"]
             assert await inbox.take(lease=LEASE) is None  # all three are held
         finally:
-            os.kill(holder.pid, signal.SIGKILL)
-            holder.wait()
-            if holder.stdout is not None:
-                holder.stdout.close()
+            holder.send_signal(signal.SIGKILL)  # kill -9 while it holds them
+            await holder.wait()
         again: list[str] = []
         for _ in range(200):  # their 1 s leases end (real time): each is taken again
             taken = await inbox.take(lease=LEASE)
@@ -284,7 +295,9 @@ async def test_a_worker_killed_holding_entries_leaves_them_to_another_after_the_
 async def jetstream_idem(
     idem_nats_url: str, jetstream_stream: str, tmp_path: Path
 ) -> AsyncIterator[Idem]:
-    guard = Idem(wrap(store_from_url(f"sqlite:///{tmp_path / 'bot.db'}"), idem_nats_url, jetstream_stream))
+    guard = Idem(
+        wrap(store_from_url(f"sqlite:///{tmp_path / 'bot.db'}"), idem_nats_url, jetstream_stream)
+    )
     yield guard
     await guard.close()
 
@@ -304,7 +317,9 @@ async def test_webhook_and_worker_on_jetstream_run_20_deliveries_once(jetstream_
             return message.message_id
 
         worker = InboxWorker(idem.store.inbox(), inbox_dispatch(dp, bot), poll_interval=0.01)
-        ingress = WebhookIngress(idem, bot_id=bot.id, secret_token=SECRET, on_admitted=worker.notify)
+        ingress = WebhookIngress(
+            idem, bot_id=bot.id, secret_token=SECRET, on_admitted=worker.notify
+        )
         app = web.Application()
         app.router.add_post("/webhook", ingress.handle)
         runner, base = await serve_app(app)

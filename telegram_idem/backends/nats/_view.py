@@ -132,11 +132,11 @@ class View:
             await self.close()
             raise TimeoutError(f"the state bucket's watcher did not reach revision {last}")
 
-    async def _reaches(self, revision: int, timeout: float) -> bool:
+    async def _reaches(self, revision: int, within: float) -> bool:
         async with self._changed:
             try:
                 await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self._seen >= revision), timeout
+                    self._changed.wait_for(lambda: self._seen >= revision), within
                 )
             except TimeoutError:
                 return False
