@@ -1,7 +1,7 @@
 """The NATS connection of a JetStream inbox: opened on first use, with the stream, the
 partition consumers and the state bucket made if missing; driver errors translated once.
 
-Every JetStream call goes through :meth:`Connection.call`: a connection refused or lost,
+Every JetStream call goes through :meth:`JetStreamConnection.call`: a connection refused or lost,
 a request timeout (the server is down or restarting: nats-py reconnects in the
 background) and any other nats-py error become
 :class:`~telegram_idem.errors.StoreError` naming the server and the operation; a wrong
@@ -32,9 +32,9 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from telegram_idem.backends import _driver as driver
-from telegram_idem.backends.nats._layout import Layout
+from telegram_idem.backends.nats._layout import JetStreamLayout
 
-__all__ = ["Connection", "Settings"]
+__all__ = ["JetStreamConnection", "JetStreamSettings"]
 
 log = logging.getLogger("telegram_idem.nats")
 
@@ -56,7 +56,7 @@ _ERRORS = driver.DriverErrors(
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class JetStreamSettings:
     """How the inbox connects and what it makes.
 
     Attributes:
@@ -71,21 +71,21 @@ class Settings:
     """
 
     url: str
-    layout: Layout
+    layout: JetStreamLayout
     duplicate_window: float = 120.0
     discover_ack_wait: float = 30.0
     timeout: float = 5.0
     replicas: int = 1
 
 
-class Connection:
+class JetStreamConnection:
     """The connection, opened once (guarded by a lock), and the objects on the server.
 
     Args:
         settings: what to connect to and make.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: JetStreamSettings) -> None:
         self.settings = settings
         self.layout = settings.layout
         self._nc: Client | None = None

@@ -16,13 +16,13 @@ from telegram_idem import _inbox_logic as logic
 from telegram_idem._records import Claim, Outcome
 from telegram_idem._text import storable_text
 from telegram_idem.backends._base import Store
-from telegram_idem.backends.nats._connection import DISCOVER_BATCH, Connection
+from telegram_idem.backends.nats._connection import DISCOVER_BATCH, JetStreamConnection
 from telegram_idem.backends.nats._layout import (
     H_ADMITTED,
     H_ID,
     H_REDRIVE,
     H_UNIT,
-    Layout,
+    JetStreamLayout,
     message_id,
 )
 from telegram_idem.backends.nats._state import DONE, State, candidates
@@ -61,12 +61,15 @@ class JetStreamInbox(Inbox):
         tombstone_age: seconds an acked entry's tombstone is kept, so a late
             re-delivery of its message (a process that stalled while recording it, a
             re-publish beyond the dedup window) is not run again.
+
+    Raises:
+        ValueError: ``max_deliver`` < 1.
     """
 
     def __init__(
         self,
         store: Store,
-        connection: Connection,
+        connection: JetStreamConnection,
         *,
         admit_lease: float = 30.0,
         max_deliver: int | None = None,
@@ -76,7 +79,7 @@ class JetStreamInbox(Inbox):
             raise ValueError(f"max_deliver must be ≥ 1 or None, got {max_deliver}")
         self._store = store
         self._conn = connection
-        self.layout: Layout = connection.layout
+        self.layout: JetStreamLayout = connection.layout
         self.admit_lease = admit_lease
         self.max_deliver = max_deliver
         self.tombstone_age = tombstone_age
@@ -163,7 +166,7 @@ class JetStreamInbox(Inbox):
             return
         kv = await self._conn.kv()
         admitted = float(headers.get(H_ADMITTED, "0"))
-        key = Layout.entry_key(headers[H_ID])
+        key = JetStreamLayout.entry_key(headers[H_ID])
         new = State(
             id=headers[H_ID],
             seq=seq,
@@ -238,7 +241,7 @@ class JetStreamInbox(Inbox):
             if self._view is None:
                 await self._known()
             assert self._view is not None
-            key = Layout.entry_key(entry.id)
+            key = JetStreamLayout.entry_key(entry.id)
             now = await self._store.now()
             known = self._view.known.get(key)
             for fresh in (False, True):
@@ -347,7 +350,7 @@ class JetStreamInbox(Inbox):
         within the dedup window: its entry, if still pending, counts from now."""
         kv = await self._conn.kv()
         for e, _ in dups:
-            key = Layout.entry_key(e.update_key)
+            key = JetStreamLayout.entry_key(e.update_key)
             known = await self._fresh(key)
             if known is None or known.state.status != EntryStatus.PENDING:
                 continue
@@ -367,7 +370,7 @@ class JetStreamInbox(Inbox):
             while buried:  # a head buried by the redelivery limit frees its unit: again
                 buried = False
                 for state in candidates((k.state for k in view.known.values()), now):
-                    key = Layout.entry_key(state.id)
+                    key = JetStreamLayout.entry_key(state.id)
                     known = view.known.get(key)
                     if known is None or key in self._trying:
                         continue
@@ -468,7 +471,7 @@ class JetStreamInbox(Inbox):
     async def redrive(self, entry_id: str) -> bool:
         async def run() -> bool:
             view = await self._known()
-            key = Layout.entry_key(entry_id)
+            key = JetStreamLayout.entry_key(entry_id)
             known = view.known.get(key)
             if known is None or known.state.status != EntryStatus.DEAD:
                 return False
@@ -508,7 +511,7 @@ class JetStreamInbox(Inbox):
     async def drop(self, entry_id: str) -> bool:
         async def run() -> bool:
             view = await self._known()
-            key = Layout.entry_key(entry_id)
+            key = JetStreamLayout.entry_key(entry_id)
             known = view.known.get(key)
             if known is None or known.state.status != EntryStatus.DEAD:
                 return False
@@ -543,7 +546,7 @@ class JetStreamInbox(Inbox):
     async def get(self, entry_id: str) -> InboxEntry | None:
         async def run() -> InboxEntry | None:
             view = await self._known()
-            known = view.known.get(Layout.entry_key(entry_id))
+            known = view.known.get(JetStreamLayout.entry_key(entry_id))
             if known is None or known.state.status == DONE:
                 return None
             return (await self._with_payloads([known.state]))[0]

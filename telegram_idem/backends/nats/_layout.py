@@ -10,7 +10,15 @@ from dataclasses import dataclass
 
 from telegram_idem.errors import ConfigurationError
 
-__all__ = ["H_ADMITTED", "H_ID", "H_REDRIVE", "H_UNIT", "Layout", "message_id", "partition_of"]
+__all__ = [
+    "H_ADMITTED",
+    "H_ID",
+    "H_REDRIVE",
+    "H_UNIT",
+    "JetStreamLayout",
+    "message_id",
+    "partition_of",
+]
 
 H_ID = "Idem-Id"
 """Header: the entry id (the update guard key)."""
@@ -64,13 +72,17 @@ def _token(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class JetStreamLayout:
     """The names of one inbox's JetStream objects.
 
     Attributes:
         stream: the entry stream's name; entries are published on
             ``<stream>.<bot_id>.<partition>``.
         partitions: how many partitions (one durable consumer each).
+
+    Raises:
+        ConfigurationError: a stream name that is not 1-64 letters, digits, ``_`` or
+            ``-``; ``partitions`` < 1.
     """
 
     stream: str

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from telegram_idem._clock import Clock
 from telegram_idem._records import Claim, Record
 from telegram_idem.backends._base import Store
-from telegram_idem.backends.nats._connection import Connection, Settings
+from telegram_idem.backends.nats._connection import JetStreamConnection, JetStreamSettings
 from telegram_idem.backends.nats._inbox import JetStreamInbox
-from telegram_idem.backends.nats._layout import Layout
+from telegram_idem.backends.nats._layout import JetStreamLayout
 from telegram_idem.flood import FloodBudget
 from telegram_idem.inbox import Inbox
 from telegram_idem.ledger import Ledger
@@ -32,7 +32,9 @@ class JetStreamStore(Store):
         connection: the inbox's NATS connection (closed with the store).
     """
 
-    def __init__(self, store: Store, inbox: JetStreamInbox, connection: Connection) -> None:
+    def __init__(
+        self, store: Store, inbox: JetStreamInbox, connection: JetStreamConnection
+    ) -> None:
         self.store = store
         self._inbox = inbox
         self._connection = connection
@@ -156,10 +158,10 @@ def with_jetstream_inbox(
         ConfigurationError: a stream name or a partition count out of range.
         ValueError: ``max_deliver`` < 1.
     """
-    connection = Connection(
-        Settings(
+    connection = JetStreamConnection(
+        JetStreamSettings(
             url=url,
-            layout=Layout(stream, partitions),
+            layout=JetStreamLayout(stream, partitions),
             duplicate_window=duplicate_window,
             discover_ack_wait=discover_ack_wait,
             timeout=timeout,
