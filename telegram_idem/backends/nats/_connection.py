@@ -205,7 +205,7 @@ class JetStreamConnection:
         self._pulls = {}
         if nc is not None:
             try:
-                await nc.close()
+                await asyncio.wait_for(nc.close(), self.settings.timeout)
             except Exception as exc:  # a connection lost already is closed enough
                 log.info("closing the NATS connection: %s", exc)
 

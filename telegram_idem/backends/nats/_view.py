@@ -25,6 +25,8 @@ log = logging.getLogger("telegram_idem.nats")
 
 LAG_TIMEOUT = 1.0
 """Seconds :meth:`View.sync` waits for the watcher before it starts a new one."""
+CLOSE_TIMEOUT = 2.0
+"""Seconds closing the watcher may take (its unsubscribe may never be answered)."""
 SYNC_TIMEOUT = 5.0
 """Seconds :meth:`View.sync` then waits for the new one before it gives up."""
 
@@ -79,8 +81,8 @@ class View:
         except Exception as exc:
             log.info("state watcher ended: %s", exc)
         finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]
+            with contextlib.suppress(Exception):  # bounded: a lost connection never answers
+                await asyncio.wait_for(watcher.stop(), CLOSE_TIMEOUT)  # type: ignore[no-untyped-call]
 
     def _apply(self, update: KeyValue.Entry) -> None:
         revision = update.revision or 0
@@ -148,4 +150,4 @@ class View:
         if task is not None:
             task.cancel()
             with contextlib.suppress(BaseException):
-                await task
+                await asyncio.wait_for(task, CLOSE_TIMEOUT)
