@@ -36,6 +36,12 @@ import pytest
 import services
 from fixtures_dynamodb import dynamodb_url_factory, start_session_moto  # noqa: F401
 from fixtures_local import memory_url_factory, sqlite_url_factory  # noqa: F401
+from fixtures_nats import (  # noqa: F401
+    jetstream_store,
+    jetstream_stream,
+    jetstream_streams,
+    private_nats,
+)
 from fixtures_postgres import find_postgres, postgres_url_factory  # noqa: F401
 from fixtures_redis import (  # noqa: F401
     find_redis,

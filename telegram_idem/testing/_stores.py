@@ -9,6 +9,12 @@ Memory and SQLite need nothing. A server store's URL comes from, in this order:
 | redis-cluster | ``--idem-redis-cluster-url``  | ``IDEM_REDIS_CLUSTER_URL`` | ``idem_redis_cluster_url`` |
 | dynamodb      | ``--idem-dynamodb-url``       | ``IDEM_DYNAMODB_URL``      | ``idem_dynamodb_url``      |
 
+NATS (JetStream) is not a store but the broker of the JetStream inbox
+(:mod:`telegram_idem.backends.nats`); its URL comes from ``--idem-nats-url``,
+``IDEM_NATS_URL`` or ``idem_nats_url``, else :data:`NATS_DEFAULT_URL` when a server
+answers there (:func:`nats_answers`); tests that need it skip otherwise (fail with
+``IDEM_REQUIRE_STORES=1``).
+
 With none set, a ``pytest_idem_server_url`` hook (:mod:`telegram_idem.testing.hooks`)
 may name one (a project's conftest that starts its own servers); then, with a Docker
 engine answering (``DOCKER_HOST``, or ``/var/run/docker.sock``) and ``testcontainers``
@@ -46,12 +52,14 @@ from telegram_idem.backends import store_from_url
 
 __all__ = [
     "ALL_STORES",
+    "NATS_DEFAULT_URL",
     "SERVER_STORES",
     "ContainerPool",
     "IsolatedUrls",
     "ServerStore",
     "docker_answers",
     "missing_message",
+    "nats_answers",
     "prepare_url",
     "purge_prefix",
     "run_in_thread",
@@ -114,6 +122,28 @@ SERVER_STORES: dict[str, ServerStore] = {
     )
 }
 """The server stores by name."""
+
+
+NATS_DEFAULT_URL = "nats://127.0.0.1:4222"
+"""Where the plugin looks for NATS when no URL is configured."""
+
+
+def nats_answers(url: str, timeout: float = 1.0) -> bool:
+    """True if a NATS server greets on ``url``'s host and port (its ``INFO`` line).
+
+    Args:
+        url: ``nats://host:port`` (the first of a comma-separated list).
+        timeout: seconds to wait for the greeting.
+    """
+    parts = urlsplit(url.split(",")[0])
+    try:
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or 4222), timeout
+        ) as s:
+            s.settimeout(timeout)
+            return s.recv(4).startswith(b"INFO")
+    except OSError:
+        return False
 
 
 def missing_message(name: str, *, docker_note: str = "", hook_note: str = "") -> str:

@@ -5,6 +5,7 @@ Async fixtures use pytest-asyncio (``pytest_asyncio.fixture``: strict and auto m
 
 | fixture | gives |
 |---|---|
+| ``idem_nats_url`` | the NATS (JetStream) server URL for the JetStream inbox's tests (see ``--idem-nats-url`` below); skips when none answers |
 | ``idem_clock`` | a :class:`~telegram_idem.ManualClock` (seconds since the epoch; moves only on ``advance``) |
 | ``idem_store`` | a :class:`~telegram_idem.Store` on the ``idem_clock``, once per selected store (default memory and sqlite; postgres, redis, redis-cluster, dynamodb by option) |
 | ``idem_store_name`` / ``idem_store_url`` | the store under test and its URL (a server store's URL is shared: tests keep apart by key prefix) |
@@ -30,7 +31,10 @@ Options (CLI flag / ini option; server URLs also by environment variable, see
 - ``--idem-postgres-url``, ``--idem-redis-url``, ``--idem-redis-cluster-url``,
   ``--idem-dynamodb-url`` (and ``IDEM_POSTGRES_URL`` …, ``idem_postgres_url`` …): the
   servers;
-- ``idem_testcontainers = false``: never start containers.
+- ``idem_testcontainers = false``: never start containers;
+- ``--idem-nats-url`` / ``IDEM_NATS_URL`` / ``idem_nats_url``: the NATS server (with
+  JetStream) of the ``idem_nats_url`` fixture; default ``nats://127.0.0.1:4222`` when a
+  server answers there, else its tests skip (fail when stores are required).
 
 With no URL configured, a ``pytest_idem_server_url(config, name)`` hook in a conftest
 (:mod:`telegram_idem.testing.hooks`) may name a server, then a container is tried.
@@ -66,10 +70,12 @@ from telegram_idem.testing._factories import UpdateFactory
 from telegram_idem.testing._replay import Replayer
 from telegram_idem.testing._stores import (
     ALL_STORES,
+    NATS_DEFAULT_URL,
     SERVER_STORES,
     ContainerPool,
     IsolatedUrls,
     missing_message,
+    nats_answers,
     prepare_url,
     purge_prefix,
 )
@@ -78,6 +84,7 @@ __all__ = [
     "IsolatedUrls",
     "configured_url",
     "isolated_urls",
+    "nats_url",
     "require_server_url",
     "selected_stores",
     "server_url",
@@ -154,6 +161,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help=f"{store.name} store URL for idem_store (or {store.env}, or ini {store.ini})",
         )
         parser.addini(store.ini, f"{store.name} store URL for idem_store", default="")
+    group.addoption(
+        "--idem-nats-url",
+        dest="idem_nats_url",
+        default=None,
+        metavar="URL",
+        help="NATS (JetStream) server for idem_nats_url (or IDEM_NATS_URL, or ini idem_nats_url)",
+    )
+    parser.addini("idem_nats_url", "NATS (JetStream) server for idem_nats_url", default="")
     parser.addini(
         "idem_testcontainers",
         "start server stores with testcontainers when no URL is given (default true)",
@@ -379,6 +394,38 @@ def idem_key_prefix() -> str:
 def idem_keys(idem_key_prefix: str) -> KeyBuilder:
     """A ``KeyBuilder`` with this test's prefix: give it to any ``Idem`` you build."""
     return KeyBuilder(prefix=idem_key_prefix)
+
+
+def nats_url(config: pytest.Config) -> str | None:
+    """The NATS server: ``--idem-nats-url``, ``IDEM_NATS_URL`` or ini ``idem_nats_url``
+    (used as given: one that does not answer fails its tests), else
+    ``nats://127.0.0.1:4222`` when a server greets there, else ``None``.
+
+    Args:
+        config: the pytest ``Config`` (``request.config``, ``pytestconfig``).
+    """
+    for value in (
+        config.getoption("idem_nats_url", None),
+        os.environ.get("IDEM_NATS_URL"),
+        config.getini("idem_nats_url"),
+    ):
+        if value:
+            return str(value)
+    return NATS_DEFAULT_URL if nats_answers(NATS_DEFAULT_URL) else None
+
+
+@pytest.fixture
+def idem_nats_url(request: pytest.FixtureRequest) -> str:
+    """The NATS server (:func:`nats_url`); the test skips when there is none (fails
+    when stores are required: ``IDEM_REQUIRE_STORES=1``)."""
+    url = nats_url(request.config)
+    if url is None:
+        store_missing(
+            request.config,
+            f"no NATS server: set --idem-nats-url, IDEM_NATS_URL or ini idem_nats_url "
+            f"(none answers at {NATS_DEFAULT_URL}); start one with `nats-server -js`",
+        )
+    return url
 
 
 @pytest.fixture

@@ -330,3 +330,33 @@ def test_plugin_and_testing_import_without_frameworks(tmp_path: os.PathLike[str]
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "lazy ok"
+
+
+NATS_TESTS = """
+def test_broker(idem_nats_url):
+    assert idem_nats_url.startswith("nats://")
+"""
+
+NO_NATS_AT_THE_DEFAULT = """
+import telegram_idem.testing.plugin as plugin
+
+plugin.nats_answers = lambda url, timeout=1.0: False  # nothing greets on 127.0.0.1:4222
+"""
+
+
+def test_the_nats_url_skips_without_a_server_and_fails_when_stores_are_required(
+    pytester: pytest.Pytester, clean_env: pytest.MonkeyPatch
+) -> None:
+    clean_env.delenv("IDEM_NATS_URL", raising=False)
+    pytester.makeconftest(NO_NATS_AT_THE_DEFAULT)
+    pytester.makepyfile(test_nats=NATS_TESTS)
+    skipped = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(["*no NATS server*IDEM_NATS_URL*"])
+    required = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--idem-require-stores")
+    required.assert_outcomes(errors=1)
+    required.stdout.fnmatch_lines(["*required store missing: no NATS server*"])
+    given = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--idem-nats-url=nats://127.0.0.1:1"
+    )
+    given.assert_outcomes(passed=1)  # a URL given is used as given
