@@ -124,7 +124,7 @@ async def test_the_default_is_one_shard_so_an_upgrade_finds_its_inbox_and_guards
 async def test_records_and_entries_land_on_every_master(
     redis_cluster_url_factory: UrlFactory,
 ) -> None:
-    store = RedisStore(redis_cluster_url_factory())
+    store = RedisStore(redis_cluster_url_factory(), inbox_shards=CLUSTER_INBOX_SHARDS)
     inbox = inbox_of(store)
     client = store.client
     assert isinstance(client, RedisCluster)
@@ -572,7 +572,7 @@ async def test_sharded_round_trips_on_a_cluster(
         calls["pipeline"] += 1
         return await pipeline(self, *args, **kwargs)
 
-    store = RedisStore(redis_cluster_url_factory())
+    store = RedisStore(redis_cluster_url_factory(), inbox_shards=CLUSTER_INBOX_SHARDS)
     inbox = inbox_of(store)
     try:
         await inbox.admit(entry(1), retention=RETENTION)  # discovery, scripts cached

@@ -291,29 +291,7 @@ class RedisConnection:
                 the first error (the batches that did run keep their effects); after an
                 outage the cluster is discovered again on the next call.
         """
-        await self.ready()
-        try:
-            results = await self.pipeline("EVALSHA", script.sha, batches, args)
-            missing = [i for i, r in enumerate(results) if isinstance(r, rexc.NoScriptError)]
-            if missing:
-                redo = [batches[i] for i in missing]
-                again = await self.pipeline("EVAL", script.source, redo, args)
-                for i, r in zip(missing, again, strict=True):
-                    results[i] = r
-            errors = [r for r in results if isinstance(r, Exception)]
-            if errors:
-                # Report an outage before a bug. The batches that did run keep their
-                # effects: claimed keys stay in progress until their lease ends.
-                outages = [e for e in errors if self.is_outage(e)]
-                raise (outages or errors)[0]
-        except Exception as exc:
-            failure = self.failure(exc)
-            if isinstance(exc, REDIS_ERRORS.transient) and self.cluster:
-                await self.forget_topology()
-            if failure is exc:
-                raise
-            raise failure from exc
-        return results
+        return await self.run_each([(script, batch, args) for batch in batches])
 
     async def run_each(
         self, calls: Sequence[tuple[Script, Sequence[bytes], Sequence[Any]]]
@@ -356,41 +334,24 @@ class RedisConnection:
     async def _pipe(
         self, commands: Sequence[tuple[str, str, Sequence[bytes], Sequence[Any]]]
     ) -> list[Any]:
-        if isinstance(self.client, RedisCluster):
-            pipe: Any = self.client.pipeline()
-        else:
-            pipe = self.client.pipeline(transaction=False)
-        for command, script, keys, args in commands:
-            pipe.execute_command(command, script, len(keys), *keys, *args)
-        async with self._gate:
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        return results
-
-    async def pipeline(
-        self, command: str, script: str, batches: list[list[bytes]], args: Sequence[Any]
-    ) -> list[Any]:
-        """One ``command`` (EVALSHA with a SHA, EVAL with a source) per batch in one
-        pipeline (a cluster's, or a single node's without ``MULTI``); answers or
-        exceptions in batch order.
-
-        Args:
-            command: ``EVALSHA`` or ``EVAL``.
-            script: the script's SHA-1 (``EVALSHA``) or source (``EVAL``).
-            batches: the ``KEYS`` of each run.
-            args: the ``ARGV`` of every run.
-        """
+        """``(command, script, keys, args)`` each in one pipeline (the fast lane's, a
+        cluster's, or a single node's without ``MULTI``): ``command`` is ``EVALSHA`` with a
+        SHA or ``EVAL`` with a source; answers or exceptions in command order."""
         if self.lane is not None:
             return await self.lane.pipeline(
-                [(command, script, len(batch), *batch, *args) for batch in batches]
+                [
+                    (command, script, len(keys), *keys, *args)
+                    for command, script, keys, args in commands
+                ]
             )
         if isinstance(self.client, RedisCluster):
             pipe: Any = self.client.pipeline()
         else:
             pipe = self.client.pipeline(transaction=False)
-        for batch in batches:
+        for command, script, keys, args in commands:
             # pipe.evalsha() is blocked by redis-py on clusters (it cannot recover from
             # NOSCRIPT itself); the raw command routes by the keys' slot all the same.
-            pipe.execute_command(command, script, len(batch), *batch, *args)
+            pipe.execute_command(command, script, len(keys), *keys, *args)
         async with self._gate:
             results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
