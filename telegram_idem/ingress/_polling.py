@@ -39,6 +39,7 @@ from telegram_idem._guard import Idem
 from telegram_idem._ordering import Ordering
 from telegram_idem._updates import validate_update
 from telegram_idem.errors import StoreError
+from telegram_idem.flood import retry_after_of
 from telegram_idem.inbox import NewEntry, new_entry, rejected_entry
 from telegram_idem.ingress._leader import LeaderLease, Leadership, NotLeaderError, wait_or_stop
 
@@ -363,7 +364,9 @@ class PollingIngress:
                     await self._pause(stopping)
                 except Exception as exc:
                     self._failed(f"getUpdates failed: {type(exc).__name__}: {exc}")
-                    await self._pause(stopping)
+                    # A 429 says how long to wait (Bot API, ResponseParameters.retry_after):
+                    # never poll again sooner than that, whatever the backoff says.
+                    await self._pause(stopping, at_least=retry_after_of(exc) or 0.0)
                 else:
                     self._recovered()
                     if self.held_since:
@@ -409,9 +412,10 @@ class PollingIngress:
         exponent = max(self._failures - 1, 0)
         return float(min(self.error_delay * 2.0 ** min(exponent, 30), self.error_delay_max))
 
-    async def _pause(self, stopping: asyncio.Future[Any]) -> None:
-        """Wait :meth:`retry_delay` seconds, or less if ``stop`` is set meanwhile."""
-        await asyncio.wait({stopping}, timeout=self.retry_delay())
+    async def _pause(self, stopping: asyncio.Future[Any], *, at_least: float = 0.0) -> None:
+        """Wait :meth:`retry_delay` seconds (at least ``at_least`` seconds: a 429's
+        ``retry_after``), or less if ``stop`` is set meanwhile."""
+        await asyncio.wait({stopping}, timeout=max(self.retry_delay(), at_least))
 
 
 async def _cancel(fetch: asyncio.Future[Any]) -> None:

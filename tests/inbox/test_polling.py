@@ -158,3 +158,28 @@ async def test_failed_polls_back_off_and_log_once_per_run_of_failures(
     assert sum("polling works again" in m for m in messages) == 1
     assert not any(r.exc_info for r in caplog.records)  # no traceback flood
     assert ingress.failing_since is None
+
+
+async def test_a_429_on_get_updates_waits_its_retry_after_not_the_shorter_backoff(
+    idem: Idem,
+) -> None:
+    """Telegram's 429 names how long to wait (Bot API, ``ResponseParameters.retry_after``);
+    the next getUpdates comes no sooner, though ``error_delay`` is far shorter."""
+    async with FakeBotAPI() as api:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api.url)))
+        try:
+            api.fail_next("getUpdates", status=429, retry_after=1)
+            api.queue_update(UpdateFactory().command("/x", update_id=7))
+            ingress = PollingIngress(
+                idem, aiogram_get_updates(bot), bot_id=BOT, poll_timeout=0, error_delay=0.01
+            )
+            stop = asyncio.Event()
+            running = asyncio.create_task(ingress.run(stop))
+            await until(lambda: ingress.admitted == 1)
+            stop.set()
+            async with asyncio.timeout(BOUND):
+                await running
+            first, second = api.calls_of("getUpdates")[:2]
+            assert second.at - first.at >= 1.0  # the 429's retry_after, not error_delay
+        finally:
+            await bot.session.close()
