@@ -36,7 +36,9 @@ import asyncio
 import os
 import platform
 import secrets
+import shlex
 import statistics
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -167,10 +169,9 @@ def report(
     seconds: float,
     load: tuple[str, str],
 ) -> str:
-    command = "`.venv/bin/python benchmarks/scaling.py" + (" --quick" if args.quick else "")
-    if args.note:
-        command += f" --note '{args.note}'"
-    command += "`"
+    # The command as it was run, so the section names what produced its figures.
+    command = "`.venv/bin/python benchmarks/scaling.py " + shlex.join(sys.argv[1:])
+    command = command.rstrip() + "`"
     lines = [
         "## Scaling: worker processes",
         "",
