@@ -431,13 +431,13 @@ async def test_cluster_claim_many_survives_script_flush(
     store = RedisStore(redis_cluster_url_factory())
     keys = [f"idem:1:a:{i}" for i in range(50)]
     sent: list[str] = []
-    pipeline = store.connection.pipeline
+    pipe = store.connection._pipe
 
-    async def spy(command: str, *args: Any) -> Any:
-        sent.append(command)
-        return await pipeline(command, *args)
+    async def spy(commands: Any) -> Any:
+        sent.extend({command for command, *_ in commands})  # one kind per pipeline
+        return await pipe(commands)
 
-    monkeypatch.setattr(store.connection, "pipeline", spy)
+    monkeypatch.setattr(store.connection, "_pipe", spy)
     try:
         await store.get("warm-up")
         await store.client.execute_command("SCRIPT FLUSH", target_nodes=RedisCluster.PRIMARIES)
