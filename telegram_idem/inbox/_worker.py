@@ -50,10 +50,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+from telegram_idem._outage import OutageLog
 from telegram_idem.errors import (
     InProgressError,
     MalformedUpdateError,
@@ -182,7 +182,7 @@ class InboxWorker:
 
     Raises:
         ValueError: ``concurrency`` or ``max_attempts`` < 1, ``lease`` ≤ 0,
-            ``handler_timeout`` ≤ 0, or ``shutdown_grace`` < 0.
+            ``handler_timeout`` ≤ 0, ``outage_log_interval`` ≤ 0, or ``shutdown_grace`` < 0.
     """
 
     def __init__(
@@ -209,6 +209,8 @@ class InboxWorker:
             raise ValueError("handler_timeout must be > 0 seconds (or None for no limit)")
         if shutdown_grace < 0:
             raise ValueError("shutdown_grace must be ≥ 0 seconds")
+        if not outage_log_interval > 0:
+            raise ValueError("outage_log_interval must be > 0 seconds")
         self.inbox = inbox
         self.dispatch = dispatch
         self.concurrency = concurrency
@@ -227,10 +229,13 @@ class InboxWorker:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._in_flight: dict[asyncio.Task[Any], InboxEntry] = {}
-        self._down_since: float | None = None  # wall clock, for the log
-        self._down_at = 0.0  # monotonic
-        self._down_reported = 0.0
-        self._down_polls = 0
+        self._outage = OutageLog(
+            log,
+            "inbox",
+            every=outage_log_interval,
+            noun="failed polls",
+            recovered_level=logging.WARNING,
+        )
         self.processed = 0
         self.failures = 0
 
@@ -265,7 +270,7 @@ class InboxWorker:
     @property
     def inbox_down_since(self) -> float | None:
         """Seconds since the epoch when the current outage began, or ``None``."""
-        return self._down_since
+        return self._outage.since
 
     async def run_once(self) -> bool:
         """Take and process one entry; ``False`` if none was takeable.
@@ -436,32 +441,8 @@ class InboxWorker:
 
     def _inbox_down(self, exc: StoreError) -> float:
         """Record a failed poll; log as the module says; the seconds to wait."""
-        now = time.monotonic()
-        self._down_polls += 1
-        if self._down_since is None:
-            self._down_since = time.time()
-            self._down_at = self._down_reported = now
-            log.error("inbox unavailable since %s: %s", _when(self._down_since), exc)
-        elif now - self._down_reported >= self.outage_log_interval:
-            self._down_reported = now
-            log.error(
-                "inbox still unavailable since %s (%d failed polls): %s",
-                _when(self._down_since),
-                self._down_polls,
-                exc,
-            )
-        return self.outage_backoff(self._down_polls)
-
-    def _inbox_up(self) -> None:
-        if self._down_since is None:
-            return
-        log.warning(
-            "inbox available again after %.1f s down (%d failed polls)",
-            time.monotonic() - self._down_at,
-            self._down_polls,
-        )
-        self._down_since = None
-        self._down_polls = 0
+        self._outage.failed(exc)
+        return self.outage_backoff(self._outage.failures)
 
     async def _outage_pause(self, delay: float) -> None:
         """Wait out the outage backoff, or less: :meth:`notify` (an ingress just admitted
@@ -487,7 +468,7 @@ class InboxWorker:
             except StoreError as exc:
                 await self._outage_pause(self._inbox_down(exc))
                 continue
-            self._inbox_up()
+            self._outage.succeeded()
             if not took:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
@@ -573,7 +554,3 @@ class InboxWorker:
                     await asyncio.sleep(0.01)
                 elif self._tasks:
                     await asyncio.sleep(0.01)
-
-
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")

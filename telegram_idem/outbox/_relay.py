@@ -51,13 +51,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from telegram_idem._heartbeat import heartbeat
+from telegram_idem._outage import OutageLog
 from telegram_idem.errors import StoreError
 from telegram_idem.events import emit_decision
 from telegram_idem.flood import FloodControl
 from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, Outbox, OutboxEntry
 from telegram_idem.outbox._calls import Answer, OutcomeClass, Verdict, classify, encode_params
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
-from telegram_idem.outbox._outage import OutageLog
 
 if TYPE_CHECKING:
     from telegram_idem.outbox._transport import BotAPI

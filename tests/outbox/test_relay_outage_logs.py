@@ -20,8 +20,8 @@ from store_proxy import Proxy
 
 from telegram_idem import store_from_url
 from telegram_idem._admitted import release_quietly
+from telegram_idem._outage import OutageLog
 from telegram_idem.outbox import HttpBotAPI, Relay
-from telegram_idem.outbox._outage import OutageLog
 
 pytestmark = pytest.mark.redis
 
@@ -61,7 +61,7 @@ async def test_an_outage_is_one_error_when_it_starts_and_one_info_when_it_ends(
     finally:
         await store.close()
         await proxy.cut()
-    assert [(r.levelno, r.getMessage().split(":")[0]) for r in down] == [
+    assert [(r.levelno, r.getMessage().split(" since ")[0]) for r in down] == [
         (logging.ERROR, "outbox unavailable")
     ]
     up = outbox_lines(caplog)[len(down) :]
@@ -76,7 +76,11 @@ def test_a_long_outage_is_said_again_at_most_once_per_interval(
     caplog.set_level(logging.DEBUG, logger="idem.test.outage")
     now = [100.0]
     outage = OutageLog(
-        logging.getLogger("idem.test.outage"), "outbox", every=60.0, clock=lambda: now[0]
+        logging.getLogger("idem.test.outage"),
+        "outbox",
+        every=60.0,
+        clock=lambda: now[0],
+        wall=lambda: 1_780_000_000.0 + now[0],
     )
     error = ConnectionError("Connection refused")
     for _ in range(8):  # 8 loops at once
@@ -89,9 +93,10 @@ def test_a_long_outage_is_said_again_at_most_once_per_interval(
     now[0] += 30.0
     outage.succeeded()
     outage.succeeded()  # nothing more to end
+    assert outage.since is None
     lines = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert lines == [
-        (logging.ERROR, "outbox unavailable: Connection refused"),
+        (logging.ERROR, "outbox unavailable since 2026-05-28T20:28:20+00:00: Connection refused"),
         (
             logging.ERROR,
             "outbox still unavailable after 60 s (10 failed takes): Connection refused",
@@ -99,7 +104,10 @@ def test_a_long_outage_is_said_again_at_most_once_per_interval(
         (logging.INFO, "outbox available again after 90.0 s (17 failed takes)"),
     ]
     outage.failed(error)  # a new outage starts anew
-    assert caplog.records[-1].getMessage() == "outbox unavailable: Connection refused"
+    assert outage.since == 1_780_000_190.0  # the new outage's own start
+    assert caplog.records[-1].getMessage() == (
+        "outbox unavailable since 2026-05-28T20:29:50+00:00: Connection refused"
+    )
     with pytest.raises(ValueError, match="every must be > 0"):
         OutageLog(logging.getLogger("idem.test.outage"), "outbox", every=0)
 
