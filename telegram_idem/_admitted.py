@@ -51,6 +51,7 @@ __all__ = [
     "admit",
     "adopt",
     "claim_update",
+    "emit_update_store_error",
     "release_quietly",
 ]
 
@@ -325,6 +326,22 @@ async def claim_update(host: AdmissionHost, update: Mapping[str, Any], *, bot_id
     return await _claim_key(host, host.keys.update(bot_id, _update_id(update)), update, bot_id)
 
 
+def emit_update_store_error(
+    key: str, update: Mapping[str, Any] | None, elapsed_ms: float, bot_id: int
+) -> None:
+    """The decision event (``"store_error"``, boundary ``update``) of an update whose
+    claim or inbox admission under ``key`` the store could not answer, ``elapsed_ms``
+    after it was asked: one emit for every admission shape."""
+    emit_decision(
+        boundary="update",
+        key=key,
+        decision="store_error",
+        update=update,
+        elapsed_ms=elapsed_ms,
+        bot_id=bot_id,
+    )
+
+
 async def _claim_key(
     host: AdmissionHost, key: str, update: Mapping[str, Any], bot_id: int
 ) -> Claim:
@@ -333,14 +350,7 @@ async def _claim_key(
     try:
         claim = await host.store.claim(key, lease=host.lease, retention=host.update_retention)
     except StoreError:
-        emit_decision(
-            boundary="update",
-            key=key,
-            decision="store_error",
-            update=update,
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-            bot_id=bot_id,
-        )
+        emit_update_store_error(key, update, (time.perf_counter() - started) * 1000, bot_id)
         raise
     emit_decision(
         boundary="update",

@@ -30,7 +30,7 @@ from telegram_idem._admission import (
     StorePolicyLike,
     refused_admission,
 )
-from telegram_idem._admitted import AdmissionHost, Admitted
+from telegram_idem._admitted import AdmissionHost, Admitted, emit_update_store_error
 from telegram_idem.errors import StoreError
 from telegram_idem.events import emit_decision
 from telegram_idem.inbox import Inbox, NewEntry
@@ -66,7 +66,7 @@ async def admit_to_inbox(
     except StoreError as exc:
         elapsed = (time.perf_counter() - started) * 1000
         for entry, update in zip(entries, updates, strict=True):
-            _emit_store_error(entry, update, elapsed, bot_id)
+            emit_update_store_error(entry.update_key, update, elapsed, bot_id)
         return _inbox_outage(host, entries, updates, bot_id=bot_id, policy=policy, error=exc)
     refused = [e.update_key for e, ok in zip(entries, admitted, strict=True) if not ok]
     try:
@@ -113,7 +113,7 @@ async def admit_to_inbox(
                 bot_id=bot_id,
             )
         elif outcome is Admission.UNAVAILABLE:
-            _emit_store_error(entry, update, elapsed, bot_id)
+            emit_update_store_error(entry.update_key, update, elapsed, bot_id)
         result.append(
             Admitted(
                 host,
@@ -130,20 +130,6 @@ async def admit_to_inbox(
 
 def _shown_id(entry: NewEntry, update: Mapping[str, Any] | None) -> object:
     return update.get("update_id") if update is not None else entry.update_key
-
-
-def _emit_store_error(
-    entry: NewEntry, update: Mapping[str, Any] | None, elapsed_ms: float, bot_id: int
-) -> None:
-    """The decision event of an admission the store could not answer."""
-    emit_decision(
-        boundary="update",
-        key=entry.update_key,
-        decision="store_error",
-        update=update,
-        elapsed_ms=elapsed_ms,
-        bot_id=bot_id,
-    )
 
 
 def _inbox_outage(
