@@ -52,13 +52,21 @@ from telegram_idem._keys import KeyBuilder
 from telegram_idem.errors import (
     ChatParkedError,
     ConfigurationError,
+    ConflictError,
     DeliveryTimeoutError,
     SendError,
     SendFailedError,
     UnknownOutcomeError,
 )
 from telegram_idem.flood import REPLY, FloodControl, Limits
-from telegram_idem.outbox._base import LIVE, AmbiguousPolicy, CallStatus, NewCall, Outbox
+from telegram_idem.outbox._base import (
+    LIVE,
+    AmbiguousPolicy,
+    CallStatus,
+    NewCall,
+    Outbox,
+    OutboxEntry,
+)
 from telegram_idem.outbox._calls import (
     OutcomeClass,
     call_digest,
@@ -271,6 +279,9 @@ class Outbound:
             StoreError: the store could not answer.
             ConfigurationError: ``conn`` given to a store that cannot join it, or a call
                 that waits (``wait`` not ``None``) inside ``idem.transaction(conn)``.
+            ConflictError: its effect key is already stored for a different call (another
+                method, or other params: ``key=`` given to two different calls); nothing
+                is sent and the first call's outcome is not replayed.
         """
         if conn is None:
             conn = self._joined_conn()
@@ -297,10 +308,14 @@ class Outbound:
             retention=self.retention,
         )
         if conn is not None:
-            await self.outbox.enqueue_in(conn, call)
+            entry, written = await self.outbox.enqueue_in(conn, call)
+            if not written:
+                _check_same_call(entry, call)
             self.relay.notify()
             return effect
-        entry, _ = await self.outbox.enqueue(call)
+        entry, written = await self.outbox.enqueue(call)
+        if not written:
+            _check_same_call(entry, call)
         if wait is None:
             self.relay.notify()
             return effect
@@ -360,6 +375,7 @@ class Outbound:
                 store that cannot join it.
             TypeError: as :meth:`call` (nothing stored).
             ValueError: as :meth:`call` (nothing stored).
+            ConflictError: as :meth:`call`.
             StoreError: the store could not answer.
         """
         if key is None and current_action() is None:
@@ -481,3 +497,44 @@ class Outbound:
                 error_code=answer.error_code,
                 description=answer.description,
             )
+
+
+def _check_same_call(stored: OutboxEntry, call: NewCall) -> None:
+    """Refuse ``call`` when its effect key is already stored for a different call: a
+    ``key=`` given twice for two different messages would otherwise replay the first
+    call's answer to the second, silently. The one difference allowed is the ``chat_id`` a
+    migration gave the stored call (a basic group's id moved to its supergroup's ``-100…``
+    id; Bot API "ResponseParameters", ``migrate_to_chat_id``).
+
+    Raises:
+        ConflictError: ``stored`` holds another method or other params.
+    """
+    if stored.method == call.method and stored.params == call.params:
+        return
+    old, new = json.loads(stored.params), json.loads(call.params)
+    if (
+        stored.method == call.method
+        and isinstance(old, dict)
+        and isinstance(new, dict)
+        and _migrated(new.pop("chat_id", None), old.pop("chat_id", None))
+        and old == new
+    ):
+        return
+    raise ConflictError(
+        f"effect key {stored.key} is already stored for another call ({stored.method} in "
+        f"{stored.ordering_key}), not this {call.method} in {call.unit}: its outcome "
+        "would be replayed to the wrong call; give each distinct call its own key= "
+        "(inside an action, leave key= out: the derived key tells calls apart)",
+        key=stored.key,
+    )
+
+
+def _migrated(asked: object, stored: object) -> bool:
+    """Whether ``stored`` is the supergroup a basic group ``asked`` migrated to."""
+    return (
+        isinstance(asked, int)
+        and isinstance(stored, int)
+        and asked < 0
+        and not str(asked).startswith("-100")
+        and str(stored).startswith("-100")
+    )

@@ -16,6 +16,7 @@ from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import (
     ChatParkedError,
     ConfigurationError,
+    ConflictError,
     DeliveryTimeoutError,
     SendFailedError,
     UnknownOutcomeError,
@@ -256,3 +257,34 @@ async def test_a_refused_call_settled_by_an_operator_lets_its_action_run_again(
         message = await idem.run("order:9", action)
     assert message["text"] == "receipt"
     assert len(fake_api.calls_of("sendMessage")) == 2  # the refused one and the redriven one
+
+
+async def test_a_key_given_to_two_different_calls_is_refused_not_replayed(
+    fake_api: FakeBotAPI,
+) -> None:
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        first = await out.call("sendMessage", {"chat_id": 111, "text": "hello A"}, key="welcome")
+        with pytest.raises(ConflictError, match="already stored for another call") as caught:
+            await out.call("sendMessage", {"chat_id": 222, "text": "hello B"}, key="welcome")
+        with pytest.raises(ConflictError):  # the same text to another chat: another call
+            await out.call("sendMessage", {"chat_id": 222, "text": "hello A"}, key="welcome")
+        with pytest.raises(ConflictError):  # another method
+            await out.call("sendPhoto", {"chat_id": 111, "photo": "AgAD"}, key="welcome")
+        again = await out.call("sendMessage", {"chat_id": 111, "text": "hello A"}, key="welcome")
+    assert again == first  # the same call is still replayed
+    assert caught.value.key.endswith(":o:welcome")
+    assert "hello" not in str(caught.value)  # no params in the message
+    assert [c.params["chat_id"] for c in fake_api.calls_of("sendMessage")] == [111]
+
+
+async def test_a_call_retried_after_its_group_migrated_still_replays(
+    fake_api: FakeBotAPI,
+) -> None:
+    fake_api.inject(Fault.migrated(-5, -1001234567890))
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        first = await out.call("sendMessage", {"chat_id": -5, "text": "a"}, key="notice")
+        again = await out.call("sendMessage", {"chat_id": -5, "text": "a"}, key="notice")
+    assert first["chat"]["id"] == -1001234567890 and again == first
+    assert [c.params["chat_id"] for c in fake_api.calls_of("sendMessage")] == [-5, -1001234567890]
