@@ -70,7 +70,12 @@ from telegram_idem.outbox._calls import (
 )
 from telegram_idem.outbox._failures import AmbiguousCall
 from telegram_idem.outbox._relay import Relay
-from telegram_idem.outbox._transport import BotAPI, HttpBotAPI, bot_id_of_token
+from telegram_idem.outbox._transport import (
+    TOKEN_IN_PARAMS,
+    BotAPI,
+    HttpBotAPI,
+    bot_id_of_token,
+)
 
 __all__ = ["Outbound"]
 
@@ -262,7 +267,10 @@ class Outbound:
 
         Raises:
             TypeError: ``params`` holds a value JSON cannot encode (nothing stored).
-            ValueError: a float that is not finite (nothing stored).
+            ValueError: a float that is not finite, or a durable call whose params hold
+                the bot token, as written or percent-encoded (a Bot API file download
+                URL ``.../file/bot<token>/...``: send the ``file_id`` instead); nothing
+                stored, and the message does not show the token.
             SendFailedError: Telegram refused it for good (a dead letter).
             ChatParkedError: its chat is parked (the bot was blocked there).
             UnknownOutcomeError: it may or may not have been applied (policy ``hold``).
@@ -282,9 +290,11 @@ class Outbound:
                 )
         body = encode_params(params)
         prio = REPLY if priority is None else priority
-        effect = self.effect_key(method, body, key)
-        if effect is None:
+        if key is None and current_action() is None:
             return await self._direct(method, dict(params), prio, wait)
+        self._refuse_token(method, body)
+        effect = self.effect_key(method, body, key)
+        assert effect is not None
         call = NewCall(
             key=effect,
             bot_id=self.bot_id,
@@ -311,6 +321,19 @@ class Outbound:
             if inline.done() and not inline.cancelled() and inline.exception() is not None:
                 raise inline.exception()  # type: ignore[misc]
         return await self._outcome(effect, deadline, wait)
+
+    def _refuse_token(self, method: str, body: bytes) -> None:
+        """Raise ``ValueError`` (the token masked, never echoed) when ``body`` holds the
+        bot token: a stored entry, and every listing of it, would show the credential. A
+        transport that knows no token (no ``carries_token``) is not asked."""
+        carries = getattr(self.api, "carries_token", None)
+        if callable(carries) and carries(body):
+            raise ValueError(f"{method}: {TOKEN_IN_PARAMS}")
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the bot token masked, when the transport knows it."""
+        redact = getattr(self.api, "redact", None)
+        return redact(text) if callable(redact) else text
 
     def _joined_conn(self) -> object | None:
         """The connection of the bound ``idem.transaction(conn)`` if its store is this
@@ -473,11 +496,12 @@ class Outbound:
                 params = {**params, "chat_id": verdict.migrate_to_chat_id}
                 continue
             if outcome is OutcomeClass.AMBIGUOUS:
-                raise UnknownOutcomeError(f"{method}: {verdict.description}", key="")
+                raise UnknownOutcomeError(f"{method}: {self._redact(verdict.description)}", key="")
             kind = ChatParkedError if outcome is OutcomeClass.BLOCKED else SendFailedError
+            description = self._redact(answer.description)
             raise kind(
-                f"{method}: {answer.error_code}: {answer.description}",
+                f"{method}: {answer.error_code}: {description}",
                 key="",
                 error_code=answer.error_code,
-                description=answer.description,
+                description=description,
             )
