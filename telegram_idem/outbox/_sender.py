@@ -382,7 +382,8 @@ class Outbound:
                 ``key``: there would be nothing to send it later), or ``conn`` given to a
                 store that cannot join it.
             TypeError: as :meth:`call` (nothing stored).
-            ValueError: as :meth:`call` (nothing stored).
+            ValueError: as :meth:`call` (nothing stored; params that hold the bot
+                token are refused).
             StoreError: the store could not answer.
         """
         if key is None and current_action() is None:

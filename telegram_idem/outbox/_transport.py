@@ -22,6 +22,9 @@ What comes back:
 The bot token is a credential: it is in the request URL and nowhere else. No log line,
 exception message, ``repr`` or stored entry carries it (exceptions are raised without a cause or
 context, with the token masked in their text: aiohttp's own messages name the URL).
+:meth:`HttpBotAPI.carries_token` is how :class:`~telegram_idem.outbox.Outbound` refuses
+params that hold the token (a file download URL) before it stores them, and
+:meth:`HttpBotAPI.redact` masks Telegram's descriptions before they are recorded.
 """
 
 from __future__ import annotations
