@@ -269,8 +269,9 @@ class Outbound:
             TypeError: ``params`` holds a value JSON cannot encode (nothing stored).
             ValueError: a float that is not finite, or a durable call whose params hold
                 the bot token, as written or percent-encoded (a Bot API file download
-                URL ``.../file/bot<token>/...``: send the ``file_id`` instead); nothing
-                stored, and the message does not show the token.
+                URL ``.../file/bot<token>/...``: send the ``file_id`` instead), or a
+                ``key`` that holds it; nothing stored, and the message does not show
+                the token.
             SendFailedError: Telegram refused it for good (a dead letter).
             ChatParkedError: its chat is parked (the bot was blocked there).
             UnknownOutcomeError: it may or may not have been applied (policy ``hold``).
@@ -292,7 +293,7 @@ class Outbound:
         prio = REPLY if priority is None else priority
         if key is None and current_action() is None:
             return await self._direct(method, dict(params), prio, wait)
-        self._refuse_token(method, body)
+        self._refuse_token(method, body, key)
         effect = self.effect_key(method, body, key)
         assert effect is not None
         call = NewCall(
@@ -322,13 +323,21 @@ class Outbound:
                 raise inline.exception()  # type: ignore[misc]
         return await self._outcome(effect, deadline, wait)
 
-    def _refuse_token(self, method: str, body: bytes) -> None:
-        """Raise ``ValueError`` (the token masked, never echoed) when ``body`` holds the
-        bot token: a stored entry, and every listing of it, would show the credential. A
-        transport that knows no token (no ``carries_token``) is not asked."""
+    def _refuse_token(self, method: str, body: bytes, key: str | None) -> None:
+        """Raise ``ValueError`` (the token masked, never echoed) when ``body`` or ``key``
+        holds the bot token: a stored entry, its log lines and every listing of it would
+        show the credential. A transport that knows no token (no ``carries_token``) is
+        not asked."""
         carries = getattr(self.api, "carries_token", None)
-        if callable(carries) and carries(body):
+        if not callable(carries):
+            return
+        if carries(body):
             raise ValueError(f"{method}: {TOKEN_IN_PARAMS}")
+        if key is not None and carries(key.encode("utf-8", "surrogatepass")):
+            raise ValueError(
+                f"{method}: the key= carries the bot token (a download URL in it?): name "
+                "the call by something else, such as the file_id. Nothing was stored"
+            )
 
     def _redact(self, text: str) -> str:
         """``text`` with the bot token masked, when the transport knows it."""

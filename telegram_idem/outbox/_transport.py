@@ -160,10 +160,10 @@ class HttpBotAPI:
         return self._mask(text)
 
     def carries_token(self, params: bytes) -> bool:
-        """Whether encoded params hold this bot's token anywhere (in a URL too),
-        as written or percent-encoded (``%3A`` for the ``:``, the whole token encoded,
-        encoded twice); the secret after ``:`` alone counts. :class:`~telegram_idem.outbox.Outbound`
-        refuses to store such a call.
+        """Whether encoded params (or a key, as bytes) hold this bot's token anywhere
+        (in a URL too), as written or percent-encoded (``%3A`` for the ``:``, the whole
+        token encoded, encoded twice); the secret after ``:`` alone counts.
+        :class:`~telegram_idem.outbox.Outbound` refuses to store such a call.
 
         Args:
             params: the encoded params (:func:`~telegram_idem.outbox.encode_params`).

@@ -93,6 +93,15 @@ async def test_a_durable_call_with_the_token_is_refused_and_nothing_is_stored(
         assert_no_token(text)
 
 
+async def test_a_key_with_the_token_is_refused(store: Store, fake: FakeBotAPI) -> None:
+    async with outbound_on(store, fake) as out:
+        with pytest.raises(ValueError, match="key= carries the bot token") as caught:
+            await out.call("sendMessage", {"chat_id": 1, "text": "hi"}, key=f"doc:{FILE_URL}")
+    assert_no_token(str(caught.value))
+    assert await nothing_stored(store)
+    assert fake.calls_of("sendMessage") == []
+
+
 async def test_the_token_nested_in_media_is_refused(store: Store, fake: FakeBotAPI) -> None:
     media = [{"type": "document", "media": FILE_URL}]
     async with outbound_on(store, fake) as out:
