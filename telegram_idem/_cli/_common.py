@@ -85,9 +85,10 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-_TOKEN = re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_-]{30,}(?![A-Za-z0-9_-])")
+_TOKEN = re.compile(r"(?<!\d)\d{5,}(?::|%(?:25)*3[aA])[A-Za-z0-9_-]{30,}(?![A-Za-z0-9_-])")
 """A Bot API token (``<bot id>:<secret>``), wherever it appears (URLs, error text), also
-right after ``/bot`` in a Bot API URL (no word boundary there)."""
+right after ``/bot`` in a Bot API URL (no word boundary there), and with its ``:``
+percent-encoded (``%3A``, ``%253A``: a download URL inside another URL)."""
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@/\s]+)(?P<at>@)")
 
 

@@ -39,6 +39,7 @@ from telegram_idem._cli._common import (
     limit_option,
     open_store,
     progress,
+    redact_text,
     run,
     store_option,
     table,
@@ -83,7 +84,8 @@ def _bot_id_option(help_text: str) -> Callable[[F], F]:
 def _truncated(text: str | None, width: int = ERROR_WIDTH) -> str:
     if not text:
         return ""
-    line = " ".join(text.split())
+    # redacted before it is cut: a token cut short would no longer look like one
+    line = " ".join(redact_text(text).split())
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

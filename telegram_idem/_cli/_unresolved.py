@@ -44,6 +44,7 @@ from telegram_idem._cli._common import (
     json_option,
     limit_option,
     open_store,
+    redact_text,
     run,
     store_option,
     table,
@@ -122,7 +123,8 @@ def _prefix(prefix: str | None, bot_id: int | None, key_prefix: str | None) -> s
 
 
 def _short(text: str, width: int = DETAIL_WIDTH) -> str:
-    line = " ".join(text.split())
+    # redacted before it is cut: a token cut short would no longer look like one
+    line = " ".join(redact_text(text).split())
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

@@ -228,6 +228,9 @@ class OutboxSessionMiddleware(BaseRequestMiddleware):
         DeliveryTimeoutError: not delivered within ``wait``; the outbox still sends it.
         StoreError: the store could not answer.
         TypeError: a ``BufferedInputFile`` (the outbox cannot store bytes).
+        ValueError: inside an action, params that hold the bot token (a
+            ``URLInputFile`` of a Bot API file download URL ``.../file/bot<token>/...``):
+            send its ``file_id`` instead; nothing is stored (see ``Outbound.call``).
     """
 
     def __init__(

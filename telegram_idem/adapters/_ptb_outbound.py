@@ -183,6 +183,9 @@ class OutboxRateLimiter(BaseRateLimiter[int]):
         DeliveryTimeoutError: not delivered within ``wait``; the outbox still sends it.
         StoreError: the store could not answer.
         TypeError: a file PTB read into memory (see :func:`request_params`).
+        ValueError: inside an action, params that hold the bot token (a Bot API file
+            download URL ``.../file/bot<token>/...`` as the document): send its
+            ``file_id`` instead; nothing is stored (see ``Outbound.call``).
     """
 
     __slots__ = ("outbound", "wait")

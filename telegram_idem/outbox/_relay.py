@@ -258,7 +258,10 @@ class Relay:
     ) -> OutboxEntry:
         outcome = verdict.outcome
         code = answer.error_code if answer is not None else None
-        text = verdict.description
+        # Telegram's description may quote a URL of the call (a local Bot API server
+        # does): recorded, logged and listed, so never with the token.
+        redact = getattr(self.api, "redact", None)
+        text = redact(verdict.description) if callable(redact) else verdict.description
         if outcome is OutcomeClass.DELIVERED:
             assert answer is not None
             ok = await self.outbox.deliver(entry, result=_json(answer.result))

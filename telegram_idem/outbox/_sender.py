@@ -78,7 +78,12 @@ from telegram_idem.outbox._calls import (
 )
 from telegram_idem.outbox._failures import AmbiguousCall
 from telegram_idem.outbox._relay import Relay
-from telegram_idem.outbox._transport import BotAPI, HttpBotAPI, bot_id_of_token
+from telegram_idem.outbox._transport import (
+    TOKEN_IN_PARAMS,
+    BotAPI,
+    HttpBotAPI,
+    bot_id_of_token,
+)
 
 __all__ = ["Outbound"]
 
@@ -270,7 +275,11 @@ class Outbound:
 
         Raises:
             TypeError: ``params`` holds a value JSON cannot encode (nothing stored).
-            ValueError: a float that is not finite (nothing stored).
+            ValueError: a float that is not finite, or a durable call whose params hold
+                the bot token, as written or percent-encoded (a Bot API file download
+                URL ``.../file/bot<token>/...``: send the ``file_id`` instead), or a
+                ``key`` that holds it; nothing stored, and the message does not show
+                the token.
             SendFailedError: Telegram refused it for good (a dead letter).
             ChatParkedError: its chat is parked (the bot was blocked there).
             UnknownOutcomeError: it may or may not have been applied (policy ``hold``).
@@ -293,9 +302,11 @@ class Outbound:
                 )
         body = encode_params(params)
         prio = REPLY if priority is None else priority
-        effect = self.effect_key(method, body, key)
-        if effect is None:
+        if key is None and current_action() is None:
             return await self._direct(method, dict(params), prio, wait)
+        self._refuse_token(method, body, key)
+        effect = self.effect_key(method, body, key)
+        assert effect is not None
         call = NewCall(
             key=effect,
             bot_id=self.bot_id,
@@ -326,6 +337,27 @@ class Outbound:
             if inline.done() and not inline.cancelled() and inline.exception() is not None:
                 raise inline.exception()  # type: ignore[misc]
         return await self._outcome(effect, deadline, wait)
+
+    def _refuse_token(self, method: str, body: bytes, key: str | None) -> None:
+        """Raise ``ValueError`` (the token masked, never echoed) when ``body`` or ``key``
+        holds the bot token: a stored entry, its log lines and every listing of it would
+        show the credential. A transport that knows no token (no ``carries_token``) is
+        not asked."""
+        carries = getattr(self.api, "carries_token", None)
+        if not callable(carries):
+            return
+        if carries(body):
+            raise ValueError(f"{method}: {TOKEN_IN_PARAMS}")
+        if key is not None and carries(key.encode("utf-8", "surrogatepass")):
+            raise ValueError(
+                f"{method}: the key= carries the bot token (a download URL in it?): name "
+                "the call by something else, such as the file_id. Nothing was stored"
+            )
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the bot token masked, when the transport knows it."""
+        redact = getattr(self.api, "redact", None)
+        return redact(text) if callable(redact) else text
 
     def _joined_conn(self) -> object | None:
         """The connection of the bound ``idem.transaction(conn)`` if its store is this
@@ -374,7 +406,8 @@ class Outbound:
                 ``key``: there would be nothing to send it later), or ``conn`` given to a
                 store that cannot join it.
             TypeError: as :meth:`call` (nothing stored).
-            ValueError: as :meth:`call` (nothing stored).
+            ValueError: as :meth:`call` (nothing stored; params that hold the bot
+                token are refused).
             ConflictError: as :meth:`call`.
             StoreError: the store could not answer.
         """
@@ -489,13 +522,14 @@ class Outbound:
                 params = {**params, "chat_id": verdict.migrate_to_chat_id}
                 continue
             if outcome is OutcomeClass.AMBIGUOUS:
-                raise UnknownOutcomeError(f"{method}: {verdict.description}", key="")
+                raise UnknownOutcomeError(f"{method}: {self._redact(verdict.description)}", key="")
             kind = ChatParkedError if outcome is OutcomeClass.BLOCKED else SendFailedError
+            description = self._redact(answer.description)
             raise kind(
-                f"{method}: {answer.error_code}: {answer.description}",
+                f"{method}: {answer.error_code}: {description}",
                 key="",
                 error_code=answer.error_code,
-                description=answer.description,
+                description=description,
             )
 
 

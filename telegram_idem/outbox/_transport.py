@@ -22,17 +22,22 @@ What comes back:
 The bot token is a credential: it is in the request URL and nowhere else. No log line,
 exception message, ``repr`` or stored entry carries it (exceptions are raised without a cause or
 context, with the token masked in their text: aiohttp's own messages name the URL).
+:meth:`HttpBotAPI.carries_token` is how :class:`~telegram_idem.outbox.Outbound` refuses
+params that hold the token (a file download URL) before it stores them, and
+:meth:`HttpBotAPI.redact` masks Telegram's descriptions before they are recorded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
+from urllib.parse import unquote
 
 from telegram_idem.outbox._calls import FILE_FIELD, Answer
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
@@ -45,6 +50,23 @@ __all__ = ["BotAPI", "HttpBotAPI", "bot_id_of_token"]
 log = logging.getLogger("telegram_idem.outbox")
 
 _MASK = "<token>"
+
+_SECRET_MIN = 16
+"""The shortest secret (the part of a token after ``:``) that is looked for on its own:
+a real one has 35 characters; a shorter one (a test's ``"1:x"``) is only looked for
+whole, so ``"x"`` in a text is no false positive."""
+
+_DECODINGS = 4
+"""How many rounds of percent-decoding :meth:`HttpBotAPI.carries_token` looks through
+(``%3A``, ``%253A``, ...)."""
+
+TOKEN_IN_PARAMS = (
+    "the params carry the bot token (a Bot API file download URL, "
+    "https://api.telegram.org/file/bot<token>/<file_path>, holds it): send the file's "
+    "file_id instead of its download URL; a download URL carries the bot token. "
+    "Nothing was stored"
+)
+"""The text of the ``ValueError`` for a durable call whose params hold the token."""
 
 
 class BotAPI(Protocol):
@@ -106,6 +128,17 @@ class HttpBotAPI:
         if not timeout > 0:
             raise ValueError("timeout must be > 0 seconds")
         self.__token = token
+        head, sep, secret = token.partition(":")
+        self.__needles = tuple(
+            n for n in {token, secret if sep and len(secret) >= _SECRET_MIN else ""} if n
+        )
+        forms = [re.escape(token)] if token else []
+        if sep and secret:
+            # the ':' percent-encoded once or twice (a URL inside a URL)
+            forms.append(f"{re.escape(head)}%(?:25)*3[aA]{re.escape(secret)}")
+        if len(self.__needles) > 1:
+            forms.append(re.escape(secret))
+        self.__pattern = re.compile("|".join(forms)) if forms else None
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._session = session
@@ -115,7 +148,37 @@ class HttpBotAPI:
         return f"HttpBotAPI(base_url={self.base_url!r}, timeout={self.timeout!r})"
 
     def _mask(self, text: str) -> str:
-        return text.replace(self.__token, _MASK) if self.__token else text
+        return self.__pattern.sub(_MASK, text) if self.__pattern is not None else text
+
+    def redact(self, text: str) -> str:
+        """``text`` with this bot's token replaced by ``<token>``: whole, with its ``:``
+        percent-encoded (``%3A``, ``%253A``), or its secret alone.
+
+        Args:
+            text: any text (an error description, a log detail).
+        """
+        return self._mask(text)
+
+    def carries_token(self, params: bytes) -> bool:
+        """Whether encoded params (or a key, as bytes) hold this bot's token anywhere
+        (in a URL too), as written or percent-encoded (``%3A`` for the ``:``, the whole
+        token encoded, encoded twice); the secret after ``:`` alone counts.
+        :class:`~telegram_idem.outbox.Outbound` refuses to store such a call.
+
+        Args:
+            params: the encoded params (:func:`~telegram_idem.outbox.encode_params`).
+        """
+        if not self.__needles:
+            return False
+        text = params.decode("ascii", "replace")
+        for _ in range(_DECODINGS):
+            if any(needle in text for needle in self.__needles):
+                return True
+            decoded = unquote(text)
+            if decoded == text:
+                return False
+            text = decoded
+        return any(needle in text for needle in self.__needles)
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or (self._owns_session and self._session.closed):

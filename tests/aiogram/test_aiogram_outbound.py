@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -377,3 +378,29 @@ async def test_a_refused_call_is_aiogram_s_error(api: FakeBotAPI, sending_bot: B
     with pytest.raises(TelegramBadRequest, match="message text is empty") as caught:
         await sending_bot.send_message(CHAT, " ")
     assert isinstance(caught.value, SendFailedError) and caught.value.error_code == 400
+
+
+async def test_a_url_input_file_with_the_token_is_refused_in_an_action(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Bot API's own download URL (``/file/bot<token>/...``) as a ``URLInputFile``
+    would store the token in the outbox entry: refused, nothing stored, nothing sent."""
+    caplog.set_level(logging.DEBUG)
+    secret = TOKEN.partition(":")[2]
+    router, refused = Router(), []
+
+    @router.message()
+    @idempotent(key="doc:{message.message_id}")
+    async def forward(message: Message) -> None:
+        url = f"https://api.telegram.org/file/bot{TOKEN}/documents/file_1.pdf"
+        for document in (url, url.replace(f"bot{BOT}:", f"bot{BOT}%3A")):
+            try:
+                await message.answer_document(URLInputFile(document))
+            except ValueError as exc:
+                refused.append(str(exc))
+
+    await guarded(store, router).feed_raw_update(sending_bot, message_update(1))
+    assert len(refused) == 2 and all("file_id instead" in text for text in refused)
+    assert all(secret not in text for text in refused) and secret not in caplog.text
+    assert api.calls_of("sendDocument") == []
+    assert sum((await store.outbox().counts()).values()) == 0

@@ -144,6 +144,38 @@ async def test_stats_list_and_show_name_each_state(
     assert table.exit_code == 0 and '"Your receipt"' in table.stdout
 
 
+async def test_an_entry_holding_a_token_is_shown_without_it(url: str, store: Store) -> None:
+    """An entry stored before Outbound refused the token in params (or by a direct
+    ``Outbox.enqueue``): the download URL in its params, the ``:`` as written and as
+    ``%3A``, and Telegram's description quoting it. list and show, JSON and tables,
+    never print the token, not even the part a column cut off."""
+    token = "7000000001:AAFakeTokenForTestsOnly_0123456789abcd"
+    secret = token.partition(":")[2]
+    url_doc = f"https://api.telegram.org/file/bot{token}/documents/file_1.pdf"
+    params = {"chat_id": 1, "document": url_doc, "caption": url_doc.replace(":AA", "%3AAA")}
+    box = outbox_of(store)
+    key = f"idem:{BOT_ID}:o:doc"
+    await box.enqueue(
+        NewCall(
+            key=key,
+            bot_id=BOT_ID,
+            method="sendDocument",
+            params=json.dumps(params).encode(),
+            ordering_key="chat:1",
+            collapse_key=None,
+            policy=AmbiguousPolicy.HOLD,
+        )
+    )
+    entry = await box.take(bot_id=BOT_ID, lease=30.0)
+    assert entry is not None
+    error = f"400: {url_doc.replace(':AA', '%3aAA')}"  # cut short in a list's column
+    assert await box.settle(entry, status=CallStatus.DEAD, error=error)
+    for args in (("list",), ("list", "--json"), ("show", key), ("show", key, "--json")):
+        shown = await invoke("outbox", *args, "--store", url)
+        assert shown.exit_code == 0 and "<token>" in shown.stdout, args
+        assert secret[:6] not in shown.stdout, args  # not even a cut-off part of it
+
+
 async def test_show_of_a_missing_key_exits_1(url: str) -> None:
     result = await invoke("outbox", "show", "idem:1:o:nothing", "--store", url)
     assert result.exit_code == 1

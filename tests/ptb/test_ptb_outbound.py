@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -311,3 +312,33 @@ async def test_outside_an_action_a_call_is_sent_directly_and_paced(api: FakeBotA
     times = [c.at for c in api.calls_of("sendMessage")]
     assert times[-1] - times[0] >= 0.25  # paced by flood control: 4 messages, 3 intervals
     assert sum((await store.outbox().counts()).values()) == 0  # not durable: no entry
+
+
+async def test_a_document_url_with_the_token_is_refused_in_an_action(
+    api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PTB sends a URL document as the string: the Bot API's own download URL
+    (``/file/bot<token>/...``) would store the token in the outbox entry. Refused,
+    nothing stored, nothing sent, the token in no error or log line."""
+    caplog.set_level(logging.DEBUG)
+    head, _, secret = TOKEN.partition(":")
+    refused: list[str] = []
+
+    @ptb_idempotent(key="doc:{message.message_id}")
+    async def forward(update: Update, context: Any) -> None:
+        assert update.message is not None
+        url = f"https://api.telegram.org/file/bot{TOKEN}/documents/file_1.pdf"
+        for document in (url, url.replace(f"bot{head}:", f"bot{head}%3A")):
+            try:
+                await update.message.reply_document(document)
+            except ValueError as exc:
+                refused.append(str(exc))
+
+    store = await run_outboxed(api, forward, message_update(1))
+    assert len(refused) == 2 and all("file_id instead" in text for text in refused)
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("telegram_idem")]
+    assert ours  # the action's decisions were logged (PTB's own DEBUG lines show the
+    # token itself, "Set Bot API File URL": not ours to mask)
+    assert all(secret not in text for text in refused + ours)
+    assert api.calls_of("sendDocument") == []
+    assert sum((await store.outbox().counts()).values()) == 0
