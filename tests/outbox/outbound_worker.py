@@ -7,7 +7,11 @@ SIGKILL by the test:
 - ``action``: binds an update and runs an ``@idempotent`` action that makes one
   ``Outbound.call`` (``sendMessage`` to chat 1), prints ``sent <result JSON>`` when the
   call returned (it is delivered and recorded) and then never completes, as an action
-  killed before it could finish.
+  killed before it could finish;
+- ``pace``: no outbox: paces ``sendMessage`` then ``editMessageText`` of it to the group
+  ``--chat`` through FloodControl's default limits on the store's shared budget and sends
+  them straight to the fake Bot API, ``--count`` times; prints ``waited <seconds>`` (what
+  FloodControl reported) and ``done``.
 
 Settings are short (a lease of ``--lease`` seconds, polls of 50 ms) so a test waits little
 for a dead process's lease to end.
@@ -96,9 +100,30 @@ async def run_action(args: argparse.Namespace) -> None:
         await place_order(update)
 
 
+async def run_pace(args: argparse.Namespace) -> None:
+    store = store_from_url(args.url)
+    bot_id = bot_id_of_token(args.token)
+    flood = FloodControl.for_store(store, bot_id=bot_id)  # Telegram's, with headroom
+    api = HttpBotAPI(args.token, base_url=args.api, timeout=args.timeout)
+    waited = 0.0
+    for i in range(args.count):
+        send = {"chat_id": args.chat, "text": f"{args.token[-1]}{i}"}
+        waited += await flood.wait_turn("sendMessage", send)
+        sent = await api.call("sendMessage", json.dumps(send).encode())
+        print(f"answer {sent.error_code or 200}", flush=True)
+        edit = {"chat_id": args.chat, "message_id": sent.result["message_id"], "text": "edited"}
+        waited += await flood.wait_turn("editMessageText", edit)
+        edited = await api.call("editMessageText", json.dumps(edit).encode())
+        print(f"answer {edited.error_code or 200}", flush=True)
+    print(f"waited {waited}", flush=True)
+    print("done", flush=True)
+    await api.close()
+    await store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["relay", "action"])
+    parser.add_argument("mode", choices=["relay", "action", "pace"])
     parser.add_argument("--url", required=True, help="the store URL")
     parser.add_argument("--api", required=True, help="the fake Bot API's base URL")
     parser.add_argument("--token", default="123456:SECRET-token_value-xyz")
@@ -106,9 +131,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--limits", choices=["unpaced", "telegram"], default="unpaced")
+    parser.add_argument("--chat", type=int, default=-100, help="the group (mode pace)")
+    parser.add_argument("--count", type=int, default=1, help="sends and edits (mode pace)")
     parser.add_argument("--update", default="{}", help="the update JSON (mode action)")
     args = parser.parse_args()
-    asyncio.run(run_relay(args) if args.mode == "relay" else run_action(args))
+    runs = {"relay": run_relay, "action": run_action, "pace": run_pace}
+    asyncio.run(runs[args.mode](args))
     return 0
 
 

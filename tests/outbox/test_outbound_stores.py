@@ -721,3 +721,33 @@ async def test_two_processes_on_one_flood_budget_get_no_429(
         assert fake.sent_texts(chat) == expected
     assert {c.token for c in fake.calls} >= {a, b}  # both processes ran (getMe each)
     assert took >= 1.5  # paced: two calls per chat beyond the burst of 3, 1.1 s apart
+
+
+async def test_two_processes_pacing_one_group_stay_within_its_budget(
+    shared_url: str, workers: Callable[..., Awaitable[Worker]]
+) -> None:
+    """The group budget (20 a minute, edits counted) shared by two processes through
+    FloodControl alone: each sends a message to one group and edits it — 4 calls where the
+    fake allows 3 at once and then one each 3.3 s; each process's own burst (2) alone
+    would let all 4 through at once."""
+    async with FakeBotAPI(limits=Limits()) as fake:
+        a, b = "123456:process-a", "123456:process-b"  # one bot, two processes
+        pacers = await asyncio.gather(
+            *(
+                workers("pace", shared_url, fake.url, "--token", t, "--count", "1", ready=False)
+                for t in (a, b)
+            )
+        )
+        lines = [[await w.line() for _ in range(4)] for w in pacers]
+    fake.assert_no_429()
+    for output in lines:
+        assert output[:2] == ["answer 200"] * 2 and output[3] == "done"
+    waited = [float(output[2].removeprefix("waited ")) for output in lines]
+    assert sum(waited) > 0  # the processes waited for each other's spending
+    group = [c for c in fake.calls if c.params.get("chat_id") == -100]
+    assert len(group) == 4 and {c.token for c in group} == {a, b}
+    arrivals = sorted(c.at for c in group)  # the fake's clock, as it received them
+    limit = Limits().group
+    for first in range(len(arrivals) - int(limit.burst)):  # never more than the burst...
+        later = arrivals[first + int(limit.burst)]
+        assert later - arrivals[first] >= limit.interval * 0.9  # ...within an interval
