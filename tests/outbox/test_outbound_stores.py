@@ -475,6 +475,69 @@ async def test_a_rolled_back_transaction_sends_nothing_ever(
     assert await store.outbox().counts() in ({}, {CallStatus.DELIVERED: 0})
 
 
+@pytest.fixture(params=marked(["sqlite", "postgres"]))
+async def bot_db(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, list[str]]]:
+    """A store URL, the worker arguments naming the bot's own table on the store's
+    database (created here for PostgreSQL, dropped after)."""
+    url = url_of(request)
+    if request.param == "sqlite":
+        yield url, ["--table", "orders"]
+        return
+    prefix = dict(p.split("=", 1) for p in urlsplit(url).query.split("&"))["table_prefix"]
+    table = f"{prefix}_orders"
+    db = await asyncpg.connect(postgres_dsn())
+    await db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    try:
+        yield url, ["--table", table, "--dsn", postgres_dsn()]
+    finally:
+        await db.execute(f"DROP TABLE IF EXISTS {table}")
+        await db.close()
+
+
+async def orders_in(url: str, args: list[str]) -> int:
+    table = args[args.index("--table") + 1]
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(urlsplit(url).path)) as db:
+            return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    db = await asyncpg.connect(postgres_dsn())
+    try:
+        return int(await db.fetchval(f"SELECT count(*) FROM {table}"))
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("rollback", [False, True], ids=["committed", "rolled-back"])
+async def test_a_process_killed_after_its_transaction_is_delivered_once_by_a_later_relay(
+    bot_db: tuple[str, list[str]],
+    rollback: bool,
+    fake: FakeBotAPI,
+    opened: Callable[[str], Store],
+    workers: Callable[..., Awaitable[Worker]],
+) -> None:
+    """A child process commits (or rolls back) a business row and its enqueue in one
+    transaction and is SIGKILLed before any relay ran: a relay process started afterwards
+    delivers a committed call exactly once, and a rolled-back one never."""
+    url, args = bot_db
+    flag = ["--rollback"] if rollback else []
+    child = await workers("commit", url, fake.url, *args, *flag, ready=False)
+    assert await child.line() == ("rolled back" if rollback else "committed")
+    await child.kill()
+    assert fake.calls == []  # nothing was delivered by the dead process
+    assert await orders_in(url, args) == (0 if rollback else 1)
+
+    store = opened(url)
+    await workers("relay", url, fake.url)  # the restarted bot
+    if rollback:
+        await asyncio.sleep(0.5)  # ten polls of the relay: a stored call would go now
+        assert fake.calls_of("sendMessage") == []
+        assert await store.outbox().counts() in ({}, {CallStatus.DELIVERED: 0})
+        return
+    await until(lambda: all_delivered(store, 1))
+    await asyncio.sleep(0.3)  # more polls: nothing else goes out
+    fake.assert_sent_once(1, "order 1 placed")
+    assert len(fake.calls_of("sendMessage")) == 1
+
+
 # ----------------------------------------------------------------- crash: delivery → record
 
 
@@ -558,6 +621,46 @@ async def test_an_action_killed_after_its_call_was_recorded_is_retried_without_s
         again = await place_order(UPDATE)
     assert runs == 1  # the action ran again (it had not completed)...
     assert again == first  # ...and got the recorded message
+    assert len(fake.calls_of("sendMessage")) == 1  # nothing new was sent
+
+
+async def test_a_step_killed_after_its_call_was_sent_is_rerun_without_sending(
+    shared_url: str,
+    fake: FakeBotAPI,
+    opened: Callable[[str], Store],
+    bots: Callable[..., Bot],
+    workers: Callable[..., Awaitable[Worker]],
+) -> None:
+    """An outbound call inside ``idem.step``: the process is SIGKILLed after the call was
+    sent (and recorded by the outbox) but before the step recorded its result; the re-run
+    step makes the same call, gets the first message and sends nothing new."""
+    step = await workers("step", shared_url, fake.url, "--update", json.dumps(UPDATE), ready=False)
+    line = await step.line()
+    assert line.startswith("sent ")
+    first = json.loads(line.removeprefix("sent "))
+    await step.kill()  # inside the step: it never recorded
+    assert len(fake.calls_of("sendMessage")) == 1
+
+    store = opened(shared_url)
+    idem = Idem(store, lease=LEASE)
+    bot = bots(store, fake.url)
+    out = Outbound(store.outbox(), bot.api, bot_id=BOT_ID, keys=idem.keys, relay=bot.relay)
+    runs = 0
+
+    async def announce() -> Any:
+        nonlocal runs
+        runs += 1
+        return await out.call("sendMessage", {"chat_id": 1, "text": "order placed"})
+
+    @idempotent(key="order:{message_id}", in_progress="wait", wait_timeout=10.0)
+    async def place_order(update: dict[str, Any]) -> Any:
+        return await idem.step("announce", announce)
+
+    with bind_update(UPDATE, bot_id=BOT_ID, idem=idem):
+        again = await place_order(UPDATE)
+    assert runs == 1  # the step ran again (it had not recorded)...
+    assert again["message_id"] == first["message_id"]  # ...and carries the first message
+    assert again == first
     assert len(fake.calls_of("sendMessage")) == 1  # nothing new was sent
 
 
