@@ -497,8 +497,8 @@ async def bot_db(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, lis
 async def orders_in(url: str, args: list[str]) -> int:
     table = args[args.index("--table") + 1]
     if url.startswith("sqlite"):
-        with contextlib.closing(sqlite3.connect(urlsplit(url).path)) as db:
-            return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        with contextlib.closing(sqlite3.connect(urlsplit(url).path)) as lite:
+            return int(lite.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
     db = await asyncpg.connect(postgres_dsn())
     try:
         return int(await db.fetchval(f"SELECT count(*) FROM {table}"))
@@ -824,7 +824,7 @@ async def test_two_processes_on_one_flood_budget_get_no_429(
     # paced: each chat got more calls than the fake's burst lets in at once, and the fake
     # answers 429 to any beyond its budget, so none of them came ahead of its turn
     assert all(n > Limits().chat.burst for n in chats.values())
-    assert fake.limits == Limits() and fake.limit_429s() == 0
+    assert fake.limits == Limits() and fake.limit_429s == 0
 
 
 async def test_two_processes_pacing_one_group_stay_within_its_budget(
