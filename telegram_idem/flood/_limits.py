@@ -82,7 +82,8 @@ class Limits:
     Attributes:
         global_: every message the bot sends, over all chats.
         chat: messages to one private chat.
-        group: messages *and edits* to one group, supergroup or channel.
+        group: messages *and edits* to one group, supergroup or channel (default 3 at
+            once, then 18 a minute: never more than 20 in any minute).
         paid: messages sent with ``allow_paid_broadcast`` (their own budget, not the
             global one).
         bulk_share: the part of the global and group bursts a :data:`BULK` call may use
@@ -92,7 +93,10 @@ class Limits:
 
     global_: Rate = field(default_factory=_default_global)
     chat: Rate = field(default_factory=lambda: Rate(1, 1.0, burst=3))
-    group: Rate = field(default_factory=lambda: Rate(20, 60.0, burst=3))
+    group: Rate = field(default_factory=lambda: Rate(18, 60.0, burst=3))
+    # 18 a minute after a burst of 3, not 20: a GCRA budget lets ``burst - 1 + 60 /
+    # interval`` calls into a minute, and Telegram's group limit is 20 in any minute
+    # (Rate(20, 60.0, burst=3) let a 21st through 54 s after the first).
     paid: Rate = field(default_factory=lambda: Rate(1000, 1.0, burst=1000))
     bulk_share: float = 0.5
 

@@ -7,7 +7,19 @@ SIGKILL by the test:
 - ``action``: binds an update and runs an ``@idempotent`` action that makes one
   ``Outbound.call`` (``sendMessage`` to chat 1), prints ``sent <result JSON>`` when the
   call returned (it is delivered and recorded) and then never completes, as an action
-  killed before it could finish.
+  killed before it could finish;
+- ``commit``: the bot's own transaction on the store's database (sqlite3 on a SQLite
+  file, asyncpg on PostgreSQL ``--dsn``): inserts order 1 into ``--table`` and enqueues
+  ``sendMessage`` "order 1 placed" (key ``order:1``) with ``conn=``, commits (or rolls
+  back with ``--rollback``), prints ``committed`` / ``rolled back`` and then waits to be
+  killed: no relay ever ran in it;
+- ``step``: like ``action``, but the call is made inside ``idem.step("announce", ...)``,
+  and the process waits to be killed after ``sent`` and before the step returns (so the
+  step never records);
+- ``pace``: no outbox: paces ``sendMessage`` then ``editMessageText`` of it to the group
+  ``--chat`` through FloodControl's default limits on the store's shared budget and sends
+  them straight to the fake Bot API, ``--count`` times; prints ``waited <seconds>`` (what
+  FloodControl reported) and ``done``.
 
 Settings are short (a lease of ``--lease`` seconds, polls of 50 ms) so a test waits little
 for a dead process's lease to end.
@@ -96,9 +108,85 @@ async def run_action(args: argparse.Namespace) -> None:
         await place_order(update)
 
 
+async def run_commit(args: argparse.Namespace) -> None:
+    store = store_from_url(args.url)
+    out = Outbound(store.outbox(), HttpBotAPI(args.token, base_url=args.api), bot_id=123456)
+    params = {"chat_id": 1, "text": "order 1 placed"}
+    if args.url.startswith("sqlite"):
+        import sqlite3
+        from urllib.parse import urlsplit
+
+        await store.outbox().counts()  # the store sets its file up
+        db = sqlite3.connect(urlsplit(args.url).path, timeout=10.0)
+        db.execute(f"CREATE TABLE IF NOT EXISTS {args.table} (id INTEGER PRIMARY KEY)")
+        db.commit()
+        db.execute(f"INSERT INTO {args.table} VALUES (1)")
+        await out.enqueue("sendMessage", params, key="order:1", conn=db)
+        db.rollback() if args.rollback else db.commit()
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(args.dsn)
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(f"INSERT INTO {args.table} VALUES (1)")
+        await out.enqueue("sendMessage", params, key="order:1", conn=conn)
+        await (tx.rollback() if args.rollback else tx.commit())
+    print("rolled back" if args.rollback else "committed", flush=True)
+    await asyncio.sleep(3600)  # killed here
+
+
+async def run_step(args: argparse.Namespace) -> None:
+    idem = Idem(args.url, lease=args.lease)
+    relay = relay_of(idem.store, args)
+    out = Outbound(
+        idem.store.outbox(),
+        relay.api,
+        bot_id=relay.bot_id,
+        flood=relay.flood,
+        keys=idem.keys,
+        relay=relay,
+    )
+
+    async def announce() -> Any:
+        message = await out.call("sendMessage", {"chat_id": 1, "text": "order placed"})
+        print("sent " + json.dumps(message), flush=True)
+        await asyncio.sleep(3600)  # killed here: the step never records
+        return message
+
+    @idempotent(key="order:{message_id}")
+    async def place_order(update: dict[str, Any]) -> Any:
+        return await idem.step("announce", announce)
+
+    update = json.loads(args.update)
+    with bind_update(update, bot_id=relay.bot_id, idem=idem):
+        await place_order(update)
+
+
+async def run_pace(args: argparse.Namespace) -> None:
+    store = store_from_url(args.url)
+    bot_id = bot_id_of_token(args.token)
+    flood = FloodControl.for_store(store, bot_id=bot_id)  # Telegram's, with headroom
+    api = HttpBotAPI(args.token, base_url=args.api, timeout=args.timeout)
+    waited = 0.0
+    for i in range(args.count):
+        send = {"chat_id": args.chat, "text": f"{args.token[-1]}{i}"}
+        waited += await flood.wait_turn("sendMessage", send)
+        sent = await api.call("sendMessage", json.dumps(send).encode())
+        print(f"answer {sent.error_code or 200}", flush=True)
+        edit = {"chat_id": args.chat, "message_id": sent.result["message_id"], "text": "edited"}
+        waited += await flood.wait_turn("editMessageText", edit)
+        edited = await api.call("editMessageText", json.dumps(edit).encode())
+        print(f"answer {edited.error_code or 200}", flush=True)
+    print(f"waited {waited}", flush=True)
+    print("done", flush=True)
+    await api.close()
+    await store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["relay", "action"])
+    parser.add_argument("mode", choices=["relay", "action", "commit", "step", "pace"])
     parser.add_argument("--url", required=True, help="the store URL")
     parser.add_argument("--api", required=True, help="the fake Bot API's base URL")
     parser.add_argument("--token", default="123456:SECRET-token_value-xyz")
@@ -106,9 +194,21 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--limits", choices=["unpaced", "telegram"], default="unpaced")
+    parser.add_argument("--table", default="orders", help="the bot's table (mode commit)")
+    parser.add_argument("--dsn", default="", help="PostgreSQL DSN (mode commit)")
+    parser.add_argument("--rollback", action="store_true", help="roll back (mode commit)")
+    parser.add_argument("--chat", type=int, default=-100, help="the group (mode pace)")
+    parser.add_argument("--count", type=int, default=1, help="sends and edits (mode pace)")
     parser.add_argument("--update", default="{}", help="the update JSON (mode action)")
     args = parser.parse_args()
-    asyncio.run(run_relay(args) if args.mode == "relay" else run_action(args))
+    runs = {
+        "relay": run_relay,
+        "action": run_action,
+        "commit": run_commit,
+        "step": run_step,
+        "pace": run_pace,
+    }
+    asyncio.run(runs[args.mode](args))
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,12 +37,14 @@ class ScriptedAPI(LoopbackServer):
     """A Bot API on loopback that answers each method from a script, then ``ok``.
 
     Unscripted calls answer a Message for ``send*`` methods (one message id counter) and
-    ``true`` for the rest. Every request is recorded as ``(method, params)``.
+    ``true`` for the rest. Every request is recorded as ``(method, params)``, and when it
+    arrived (``time.time()``, the clock a ``ClockBudget(time.time)`` keeps) in ``arrived``.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.arrived: list[float] = []
         self.tokens: list[str] = []
         self._script: dict[str, deque[Reply]] = {}
         self._next_id = 1
@@ -62,6 +65,7 @@ class ScriptedAPI(LoopbackServer):
         self.tokens.append(request.match_info["token"])
         params = await request.json() if request.can_read_body else {}
         self.calls.append((method, params))
+        self.arrived.append(time.time())
         queue = self._script.get(method)
         reply = queue.popleft() if queue else None
         if reply is not None and reply.hang:

@@ -4,13 +4,18 @@ reserving."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from outbox.outbox_support import BOT_ID, ClockBudget
 
 from telegram_idem._clock import ManualClock
 from telegram_idem._keys import KeyBuilder
+from telegram_idem.backends import store_from_url
+from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.flood import BULK, FloodControl, Limits, Rate
 
@@ -91,3 +96,107 @@ def test_for_store_needs_a_store_with_a_budget() -> None:
     assert FloodControl.for_store(WithBudget(), bot_id=1).budget is budget
     with pytest.raises(ConfigurationError):
         FloodControl.for_store(object(), bot_id=1)
+
+
+# ----------------------------------------------------------------- group and paid budgets
+# FloodControl itself on real stores (not the fake's enforcement, which shares the rule):
+# memory on a manual clock, where a whole minute can pass; SQLite, PostgreSQL and Redis on
+# their own clocks, where the pause FloodControl reports is the evidence.
+
+GROUP = -100123
+OPEN = Rate(10_000, 1.0, burst=10_000)
+"""A budget that never makes a call wait (to look at one other budget alone)."""
+
+
+def sequence(i: int) -> str:
+    """The 21 calls to one group: sends, with edits at 6th and 21st place (edits count)."""
+    return "editMessageText" if i in (5, 20) else "sendMessage"
+
+
+def params(method: str, chat: int, **extra: object) -> dict[str, object]:
+    if method == "editMessageText":
+        return {"chat_id": chat, "message_id": 1, "text": "edited", **extra}
+    return {"chat_id": chat, "text": "hi", **extra}
+
+
+@pytest.mark.parametrize("limits", [Limits(), Limits().with_headroom()], ids=["limits", "default"])
+async def test_no_minute_holds_more_than_20_messages_or_edits_in_a_group(limits: Limits) -> None:
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+
+    async def sleep(seconds: float) -> None:  # time passes on the store's clock
+        clock.advance(seconds)
+
+    flood = FloodControl(store.flood_budget(), bot_id=BOT_ID, limits=limits, sleep=sleep)
+    start = clock()
+    at: list[float] = []
+    waits: list[float] = []
+    for i in range(42):
+        waits.append(await flood.wait_turn(sequence(i % 21), params(sequence(i % 21), GROUP)))
+        at.append(clock() - start)  # when the call was let through, on the store's clock
+    assert waits[0] == 0.0 and waits[20] > 0  # the 21st within the minute waited...
+    assert at[20] >= 60.0 - 1e-3  # ...until the first one was a minute old
+    for first in range(len(at) - 20):
+        assert at[first + 20] - at[first] >= 60.0 - 1e-3  # in no minute more than 20
+    assert await flood.try_turn("sendMessage", {"chat_id": GROUP - 1}) == 0.0  # own budget
+    for _ in range(30):  # an edit in a private chat spends no budget
+        assert await flood.try_turn("editMessageText", params("editMessageText", 7)) == 0.0
+
+
+def unique_bot() -> int:
+    return 900_000_000 + int.from_bytes(os.urandom(3), "big")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory"),
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A store with a flood budget on its own (real) clock."""
+    if request.param == "memory":
+        made: Any = MemoryStore()
+    else:
+        made = store_from_url(request.getfixturevalue(f"{request.param}_url_factory")())
+    yield made
+    await made.close()
+
+
+async def test_a_groups_21st_call_in_a_minute_is_refused_until_its_turn(store: Any) -> None:
+    limits = Limits(global_=OPEN, chat=OPEN, group=Rate(20, 60.0, burst=20))
+    flood = FloodControl.for_store(store, bot_id=unique_bot(), limits=limits)
+    for i in range(20):  # 19 sends and an edit: the whole burst
+        method = "editMessageText" if i == 5 else "sendMessage"
+        assert await flood.try_turn(method, params(method, GROUP)) == 0.0
+    for method in ("sendMessage", "editMessageText"):  # the 21st, a send or an edit
+        wait = await flood.try_turn(method, params(method, GROUP))
+        assert 2.0 < wait <= 3.0 + 1e-6  # the next place in the group: 60 s / 20 after
+    again = await flood.try_turn("sendMessage", params("sendMessage", GROUP))
+    assert again > 2.0  # a refused call reserved nothing: still no room
+    assert await flood.try_turn("sendMessage", params("sendMessage", GROUP - 1)) == 0.0
+    assert await flood.try_turn("sendMessage", params("sendMessage", 7)) == 0.0
+
+
+async def test_paid_broadcasts_spend_their_own_budget_not_the_free_one(store: Any) -> None:
+    limits = Limits(
+        global_=Rate(5, 60.0, burst=5), chat=OPEN, group=OPEN, paid=Rate(10, 60.0, burst=10)
+    )
+    paid = {"allow_paid_broadcast": True}
+    free_first = FloodControl.for_store(store, bot_id=unique_bot(), limits=limits)
+    for chat in range(1, 6):
+        assert await free_first.try_turn("sendMessage", params("sendMessage", chat)) == 0.0
+    assert await free_first.try_turn("sendMessage", params("sendMessage", 6)) > 0  # spent
+    for chat in range(1, 11):  # the free budget is spent: paid calls still go
+        assert await free_first.try_turn("sendMessage", params("sendMessage", chat, **paid)) == 0
+    assert await free_first.try_turn("sendMessage", params("sendMessage", 11, **paid)) > 0
+
+    paid_first = FloodControl.for_store(store, bot_id=unique_bot(), limits=limits)
+    for chat in range(1, 11):
+        assert await paid_first.try_turn("sendPhoto", params("sendMessage", chat, **paid)) == 0
+    assert await paid_first.try_turn("sendMessage", params("sendMessage", 11, **paid)) > 0
+    for chat in range(1, 6):  # the paid budget is spent: free calls still have all theirs
+        assert await paid_first.try_turn("sendMessage", params("sendMessage", chat)) == 0.0
+    assert await paid_first.try_turn("sendMessage", params("sendMessage", 6)) > 0

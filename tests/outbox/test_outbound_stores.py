@@ -475,6 +475,69 @@ async def test_a_rolled_back_transaction_sends_nothing_ever(
     assert await store.outbox().counts() in ({}, {CallStatus.DELIVERED: 0})
 
 
+@pytest.fixture(params=marked(["sqlite", "postgres"]))
+async def bot_db(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, list[str]]]:
+    """A store URL, the worker arguments naming the bot's own table on the store's
+    database (created here for PostgreSQL, dropped after)."""
+    url = url_of(request)
+    if request.param == "sqlite":
+        yield url, ["--table", "orders"]
+        return
+    prefix = dict(p.split("=", 1) for p in urlsplit(url).query.split("&"))["table_prefix"]
+    table = f"{prefix}_orders"
+    db = await asyncpg.connect(postgres_dsn())
+    await db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    try:
+        yield url, ["--table", table, "--dsn", postgres_dsn()]
+    finally:
+        await db.execute(f"DROP TABLE IF EXISTS {table}")
+        await db.close()
+
+
+async def orders_in(url: str, args: list[str]) -> int:
+    table = args[args.index("--table") + 1]
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(urlsplit(url).path)) as lite:
+            return int(lite.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    db = await asyncpg.connect(postgres_dsn())
+    try:
+        return int(await db.fetchval(f"SELECT count(*) FROM {table}"))
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("rollback", [False, True], ids=["committed", "rolled-back"])
+async def test_a_process_killed_after_its_transaction_is_delivered_once_by_a_later_relay(
+    bot_db: tuple[str, list[str]],
+    rollback: bool,
+    fake: FakeBotAPI,
+    opened: Callable[[str], Store],
+    workers: Callable[..., Awaitable[Worker]],
+) -> None:
+    """A child process commits (or rolls back) a business row and its enqueue in one
+    transaction and is SIGKILLed before any relay ran: a relay process started afterwards
+    delivers a committed call exactly once, and a rolled-back one never."""
+    url, args = bot_db
+    flag = ["--rollback"] if rollback else []
+    child = await workers("commit", url, fake.url, *args, *flag, ready=False)
+    assert await child.line() == ("rolled back" if rollback else "committed")
+    await child.kill()
+    assert fake.calls == []  # nothing was delivered by the dead process
+    assert await orders_in(url, args) == (0 if rollback else 1)
+
+    store = opened(url)
+    await workers("relay", url, fake.url)  # the restarted bot
+    if rollback:
+        await asyncio.sleep(0.5)  # ten polls of the relay: a stored call would go now
+        assert fake.calls_of("sendMessage") == []
+        assert await store.outbox().counts() in ({}, {CallStatus.DELIVERED: 0})
+        return
+    await until(lambda: all_delivered(store, 1))
+    await asyncio.sleep(0.3)  # more polls: nothing else goes out
+    fake.assert_sent_once(1, "order 1 placed")
+    assert len(fake.calls_of("sendMessage")) == 1
+
+
 # ----------------------------------------------------------------- crash: delivery → record
 
 
@@ -558,6 +621,46 @@ async def test_an_action_killed_after_its_call_was_recorded_is_retried_without_s
         again = await place_order(UPDATE)
     assert runs == 1  # the action ran again (it had not completed)...
     assert again == first  # ...and got the recorded message
+    assert len(fake.calls_of("sendMessage")) == 1  # nothing new was sent
+
+
+async def test_a_step_killed_after_its_call_was_sent_is_rerun_without_sending(
+    shared_url: str,
+    fake: FakeBotAPI,
+    opened: Callable[[str], Store],
+    bots: Callable[..., Bot],
+    workers: Callable[..., Awaitable[Worker]],
+) -> None:
+    """An outbound call inside ``idem.step``: the process is SIGKILLed after the call was
+    sent (and recorded by the outbox) but before the step recorded its result; the re-run
+    step makes the same call, gets the first message and sends nothing new."""
+    step = await workers("step", shared_url, fake.url, "--update", json.dumps(UPDATE), ready=False)
+    line = await step.line()
+    assert line.startswith("sent ")
+    first = json.loads(line.removeprefix("sent "))
+    await step.kill()  # inside the step: it never recorded
+    assert len(fake.calls_of("sendMessage")) == 1
+
+    store = opened(shared_url)
+    idem = Idem(store, lease=LEASE)
+    bot = bots(store, fake.url)
+    out = Outbound(store.outbox(), bot.api, bot_id=BOT_ID, keys=idem.keys, relay=bot.relay)
+    runs = 0
+
+    async def announce() -> Any:
+        nonlocal runs
+        runs += 1
+        return await out.call("sendMessage", {"chat_id": 1, "text": "order placed"})
+
+    @idempotent(key="order:{message_id}", in_progress="wait", wait_timeout=10.0)
+    async def place_order(update: dict[str, Any]) -> Any:
+        return await idem.step("announce", announce)
+
+    with bind_update(UPDATE, bot_id=BOT_ID, idem=idem):
+        again = await place_order(UPDATE)
+    assert runs == 1  # the step ran again (it had not recorded)...
+    assert again["message_id"] == first["message_id"]  # ...and carries the first message
+    assert again == first
     assert len(fake.calls_of("sendMessage")) == 1  # nothing new was sent
 
 
@@ -709,15 +812,46 @@ async def test_two_processes_on_one_flood_budget_get_no_429(
         texts = await enqueue_texts(out, chats)
         args = ("--limits", "telegram")
         a, b = "123456:process-a", "123456:process-b"  # one bot, two processes
-        started = time.monotonic()
         await asyncio.gather(
             workers("relay", shared_url, fake.url, "--token", a, *args),
             workers("relay", shared_url, fake.url, "--token", b, *args),
         )
         await until(lambda: all_delivered(store, 30), within=30.0)
-        took = time.monotonic() - started
     fake.assert_no_429()
     for chat, expected in texts.items():
         assert fake.sent_texts(chat) == expected
     assert {c.token for c in fake.calls} >= {a, b}  # both processes ran (getMe each)
-    assert took >= 1.5  # paced: two calls per chat beyond the burst of 3, 1.1 s apart
+    # paced: each chat got more calls than the fake's burst lets in at once, and the fake
+    # answers 429 to any beyond its budget, so none of them came ahead of its turn
+    assert all(n > Limits().chat.burst for n in chats.values())
+    assert fake.limits == Limits() and fake.limit_429s == 0
+
+
+async def test_two_processes_pacing_one_group_stay_within_its_budget(
+    shared_url: str, workers: Callable[..., Awaitable[Worker]]
+) -> None:
+    """The group budget (20 a minute, edits counted) shared by two processes through
+    FloodControl alone: each sends a message to one group and edits it — 4 calls where the
+    fake allows 3 at once and then one each 3.3 s; each process's own burst (2) alone
+    would let all 4 through at once."""
+    async with FakeBotAPI(limits=Limits()) as fake:
+        a, b = "123456:process-a", "123456:process-b"  # one bot, two processes
+        pacers = await asyncio.gather(
+            *(
+                workers("pace", shared_url, fake.url, "--token", t, "--count", "1", ready=False)
+                for t in (a, b)
+            )
+        )
+        lines = [[await w.line() for _ in range(4)] for w in pacers]
+    fake.assert_no_429()
+    for output in lines:
+        assert output[:2] == ["answer 200"] * 2 and output[3] == "done"
+    waited = [float(output[2].removeprefix("waited ")) for output in lines]
+    assert sum(waited) > 0  # the processes waited for each other's spending
+    group = [c for c in fake.calls if c.params.get("chat_id") == -100]
+    assert len(group) == 4 and {c.token for c in group} == {a, b}
+    arrivals = sorted(c.at for c in group)  # the fake's clock, as it received them
+    limit = Limits().group
+    for first in range(len(arrivals) - int(limit.burst)):  # never more than the burst...
+        later = arrivals[first + int(limit.burst)]
+        assert later - arrivals[first] >= limit.interval * 0.9  # ...within an interval

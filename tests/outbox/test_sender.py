@@ -5,7 +5,6 @@ edits, each settled status as its error, a call of its own never waiting behind 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -129,13 +128,16 @@ async def test_an_answer_never_waits_behind_a_busy_chat(fake_api: FakeBotAPI) ->
     store = MemoryStore()
     out = outbound_on(store, fake_api.url)
     await out.call("sendMessage", {"chat_id": 1, "text": "slow"}, key="a", wait=None)
-    assert await store.outbox().take(bot_id=BOT_ID, lease=60.0) is not None
-    started = time.monotonic()
-    answered = await out.call(
+    head = await store.outbox().take(bot_id=BOT_ID, lease=60.0)  # in flight for a minute
+    assert head is not None
+    answered = await out.call(  # behind the chat, it could only go after the lease
         "answerCallbackQuery", {"callback_query_id": "q1"}, key="answer:q1", wait=2.0
     )
-    assert answered is True and time.monotonic() - started < 1.0
+    assert answered is True
     assert fake_api.answered_callback_ids() == ["q1"]
+    entry = await store.outbox().get(head.key)
+    assert entry is not None and entry.status is CallStatus.IN_FLIGHT  # the chat still busy
+    assert fake_api.calls_of("sendMessage") == []  # answered ahead of the chat's head
     await out.close()
 
 
@@ -288,3 +290,82 @@ async def test_a_call_retried_after_its_group_migrated_still_replays(
         again = await out.call("sendMessage", {"chat_id": -5, "text": "a"}, key="notice")
     assert first["chat"]["id"] == -1001234567890 and again == first
     assert [c.params["chat_id"] for c in fake_api.calls_of("sendMessage")] == [-5, -1001234567890]
+
+
+# ----------------------------------------------------------------- store outage at enqueue
+# Redis above; PostgreSQL cut by a TCP proxy, SQLite locked by another writer. Either way:
+# StoreError, nothing sent, and once the store answers the same call goes exactly once.
+
+
+async def send_after_outage(out: Outbound) -> list[Any]:
+    """The same call retried twice after the outage ended (one send, one replay)."""
+    async with out:
+        return [
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k", wait=10)
+            for _ in range(2)
+        ]
+
+
+@pytest.mark.postgres
+async def test_a_postgres_outage_at_enqueue_raises_store_error_and_sends_nothing(
+    fake_api: FakeBotAPI, postgres_url_factory: Any
+) -> None:
+    from urllib.parse import urlsplit
+
+    from store_proxy import Proxy
+
+    from telegram_idem.backends import store_from_url
+    from telegram_idem.errors import StoreError
+
+    url = postgres_url_factory()
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    proxy = Proxy(parts.hostname, parts.port)
+    await proxy.start()
+    store = store_from_url(url.replace(parts.netloc, f"{parts.username}@127.0.0.1:{proxy.port}"))
+    out = Outbound.for_store(store, token=TOKEN, base_url=fake_api.url)
+    try:
+        await store.outbox().counts()  # the store answers through the proxy
+        await proxy.cut()
+        with pytest.raises(StoreError):
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k", wait=5)
+        assert fake_api.calls_of("sendMessage") == []
+        await proxy.start()  # the server is back, on the same address
+        sent = await send_after_outage(out)
+    finally:
+        await out.close()
+        await store.close()
+        await proxy.cut()
+    assert sent[0]["text"] == "a" and sent[1] == sent[0]
+    assert len(fake_api.calls_of("sendMessage")) == 1
+
+
+@pytest.mark.sqlite
+async def test_a_locked_sqlite_file_at_enqueue_raises_store_error_and_sends_nothing(
+    fake_api: FakeBotAPI, sqlite_url_factory: Any
+) -> None:
+    import sqlite3
+    from urllib.parse import urlsplit
+
+    from telegram_idem.backends import store_from_url
+    from telegram_idem.errors import StoreError
+
+    url = sqlite_url_factory()
+    sep = "&" if "?" in url else "?"
+    store = store_from_url(f"{url}{sep}busy_timeout=0.3")
+    out = Outbound.for_store(store, token=TOKEN, base_url=fake_api.url)
+    await store.outbox().counts()  # the store sets its file up
+    holder = sqlite3.connect(urlsplit(url).path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing, past busy_timeout
+        with pytest.raises(StoreError):
+            await out.call("sendMessage", {"chat_id": 1, "text": "a"}, key="k", wait=5)
+        assert fake_api.calls_of("sendMessage") == []
+        holder.execute("COMMIT")  # the lock is released
+        sent = await send_after_outage(out)
+    finally:
+        holder.close()
+        await out.close()
+        await store.close()
+    assert sent[0]["text"] == "a" and sent[1] == sent[0]
+    assert len(fake_api.calls_of("sendMessage")) == 1

@@ -164,11 +164,15 @@ async def test_a_slow_answer_times_the_client_out_after_the_effect(
 
 
 async def test_a_slow_answer_still_answers(api: FakeBotAPI, bot: Bot) -> None:
-    api.inject(Fault.slow(0.2))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    sent = await bot.send_message(CHAT, "late")
-    assert sent.text == "late" and loop.time() - started >= 0.2
+    api.inject(Fault.slow(1.0, method="sendMessage", times=1))
+    slow = asyncio.create_task(bot.send_message(CHAT, "late"))
+    while not api.calls_of("sendMessage"):  # it reached the fake (and took effect)...
+        await asyncio.sleep(0.01)
+    assert api.sent_texts(CHAT) == ["late"]
+    me = await bot.get_me()  # ...and a call made after it is answered before it
+    assert me.is_bot and not slow.done()
+    sent = await slow
+    assert sent.text == "late"
 
 
 # ----------------------------------------------------------------- 5xx
