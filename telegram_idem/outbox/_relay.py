@@ -12,7 +12,7 @@ answer is classified (:func:`~telegram_idem.outbox._calls.classify`) and recorde
 | migrated to a supergroup | ``retry`` at once with the new ``chat_id``, ordered as ``chat:<new>`` |
 | expired, permanent 4xx | ``settle(DEAD)``, error ``"<error_code>: <description>"`` |
 | 403 blocked | ``park``: the chat's calls wait until it is unparked |
-| ambiguous (5xx, :class:`AmbiguousCall`, an unexpected transport error) | policy ``resend``: ``retry`` with backoff; ``hold``: ``settle(UNKNOWN)`` |
+| ambiguous (5xx, :class:`AmbiguousCall`) | policy ``resend``: ``retry`` with backoff; ``hold``: ``settle(UNKNOWN)`` |
 | not sent (:class:`CallNotSent`) | ``retry`` with backoff |
 | stored params that are not a JSON object | ``settle(DEAD)``, error ``"stored params are not a JSON object"``, before any flood or transport work |
 | an unexpected exception before the request (flood control failed on it) | ``settle(DEAD)``, error naming the exception's type: not sent, redrivable |
