@@ -10,7 +10,8 @@ SQLite, PostgreSQL, Redis) and real HTTP to the fake Bot API:
 - the transport failing unexpectedly before or after the request was written, or
   returning an answer that cannot be recorded: the entry's policy (``hold`` → unknown,
   never sent again; ``resend`` → sent again), one ERROR line with the traceback naming
-  the key and the method, never the params or the token;
+  the key and the method, never the params or the token; a caller delivering its own
+  call inline gets the same outcome, not the exception;
 - params that are not a JSON object are refused when the call is made: nothing stored.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from telegram_idem.backends import Store, store_from_url
+from telegram_idem.errors import UnknownOutcomeError
 from telegram_idem.flood import Bucket, FloodBudget, FloodControl, Limits, Rate
 from telegram_idem.flood._control import budget_of
 from telegram_idem.outbox import (
@@ -327,3 +329,20 @@ async def test_params_that_are_not_a_json_object_are_refused_and_nothing_is_stor
         assert params.decode("latin-1") not in str(raised.value)  # the params not echoed
     assert await outbox.get("k") is None
     assert sum((await outbox.counts()).values()) == 0
+
+
+async def test_a_caller_delivering_its_own_call_gets_the_policy_not_the_bug(
+    store: Store, fake_api: FakeBotAPI
+) -> None:
+    """The sender's inline delivery (``call(..., wait=...)`` on an idle chat) meets the
+    same rule: the caller sees the call's outcome (unknown under ``hold``), not the
+    transport's exception."""
+    async with BuggyAPI(TOKEN, base_url=fake_api.url, mode="answer") as api:
+        relay = relay_of(store, api)
+        out = Outbound(store.outbox(), api, bot_id=BOT_ID, relay=relay)
+        with pytest.raises(UnknownOutcomeError):
+            await out.call("sendMessage", {"chat_id": 1, "text": SECRET_TEXT}, key="k", wait=10.0)
+        message = await out.call("sendMessage", {"chat_id": 1, "text": "next"}, key="n", wait=10.0)
+        await relay.stop()
+    assert message["text"] == "next"
+    assert fake_api.sent_texts(1) == [SECRET_TEXT, "next"]  # held: never sent again
