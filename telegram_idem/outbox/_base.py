@@ -39,10 +39,11 @@ Times are seconds since the epoch on the store's clock.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from telegram_idem.errors import ConfigurationError
 
@@ -98,6 +99,16 @@ class AmbiguousPolicy(StrEnum):
     """Make the entry ``UNKNOWN`` and never re-send it by itself (at-most-once)."""
 
 
+def json_object(params: bytes) -> dict[str, Any] | None:
+    """Stored params decoded, if they are a JSON object (what every call's params are:
+    Bot API "Making requests"), else ``None``."""
+    try:
+        decoded = json.loads(params)
+    except (ValueError, TypeError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
 @dataclass(frozen=True, slots=True)
 class NewCall:
     """A call to enqueue.
@@ -115,6 +126,12 @@ class NewCall:
         policy: what an ambiguous outcome does.
         priority: lower goes first among chats (0 replies, 10 bulk).
         retention: seconds the entry is kept after it is delivered or superseded.
+
+    Raises:
+        ValueError: ``params`` is not a JSON object (``encode_params`` of a mapping makes
+            one): a call a relay could never send is refused here, before any store
+            writes it, whichever store it is for.
+        TypeError: ``params`` is not bytes.
     """
 
     key: str
@@ -126,6 +143,18 @@ class NewCall:
     policy: AmbiguousPolicy
     priority: int = 0
     retention: float = 7 * 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, bytes | bytearray):
+            raise TypeError(
+                f"{self.method} {self.key}: params must be bytes (encode_params(...)), "
+                f"not {type(self.params).__name__}"
+            )
+        if json_object(self.params) is None:
+            raise ValueError(
+                f"{self.method} {self.key}: params must be a JSON object as bytes "
+                "(encode_params(...) of a mapping); nothing is stored"
+            )
 
     @property
     def unit(self) -> str:

@@ -12,8 +12,21 @@ answer is classified (:func:`~telegram_idem.outbox._calls.classify`) and recorde
 | migrated to a supergroup | ``retry`` at once with the new ``chat_id``, ordered as ``chat:<new>`` |
 | expired, permanent 4xx | ``settle(DEAD)``, error ``"<error_code>: <description>"`` |
 | 403 blocked | ``park``: the chat's calls wait until it is unparked |
-| ambiguous (5xx, :class:`AmbiguousCall`, an unexpected transport error) | policy ``resend``: ``retry`` with backoff; ``hold``: ``settle(UNKNOWN)`` |
+| ambiguous (5xx, :class:`AmbiguousCall`) | policy ``resend``: ``retry`` with backoff; ``hold``: ``settle(UNKNOWN)`` |
 | not sent (:class:`CallNotSent`) | ``retry`` with backoff |
+| stored params that are not a JSON object | ``settle(DEAD)``, error ``"stored params are not a JSON object"``, before any flood or transport work |
+| an unexpected exception before the request (flood control failed on it) | ``settle(DEAD)``, error naming the exception's type: not sent, redrivable |
+| an unexpected exception once the request may have been written (raised by the transport, or reading its answer) | ambiguous: the policy decides, as above |
+
+**An unexpected exception never ends a take loop.** One that no rule classifies (a bug,
+data a store was given past :class:`~telegram_idem.outbox._base.NewCall`'s check, a
+transport that raises something else than the two classes of
+:mod:`~telegram_idem.outbox._failures`) is logged once at ERROR with its traceback (the
+entry's method and key, never its params) and settles the entry by the rows above; one
+the store's outbox raises while recording (a bug in it) leaves the entry to its next take,
+as a :class:`StoreError` does; one met while looking for entries is logged once per run of
+them and looked past with the outage backoff. The loop goes on with the next entry, so
+the other chats' calls are sent.
 
 Backoff is ``backoff_base * 2**(failures-1)`` seconds, at most ``backoff_max``; after
 ``max_attempts`` failed attempts the entry is a dead letter, so a poison call never
@@ -55,7 +68,13 @@ from telegram_idem._outage import OutageLog
 from telegram_idem.errors import StoreError
 from telegram_idem.events import emit_decision
 from telegram_idem.flood import FloodControl
-from telegram_idem.outbox._base import AmbiguousPolicy, CallStatus, Outbox, OutboxEntry
+from telegram_idem.outbox._base import (
+    AmbiguousPolicy,
+    CallStatus,
+    Outbox,
+    OutboxEntry,
+    json_object,
+)
 from telegram_idem.outbox._calls import Answer, OutcomeClass, Verdict, classify, encode_params
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
 
@@ -89,6 +108,31 @@ def _reason(entry: OutboxEntry, exc: Exception) -> str:
     starts it with (the entry has its method; every listing shows it beside the error)."""
     text = str(exc)
     return text.removeprefix(f"{entry.method}: ") or text
+
+
+NOT_AN_OBJECT = "stored params are not a JSON object"
+"""The dead letter of an entry whose stored params no Bot API call can carry (written
+past :class:`~telegram_idem.outbox._base.NewCall`'s check: an older version, a store
+edited by hand)."""
+
+
+def _unexpected(entry: OutboxEntry, where: str, exc: BaseException) -> None:
+    """One ERROR line, with the traceback, for an exception no rule classifies: the
+    entry's method and key name it, never its params (nor, so, a token in them)."""
+    log.error(
+        "outbox %s %s: unexpected %s in %s",
+        entry.method,
+        entry.key,
+        type(exc).__name__,
+        where,
+        exc_info=exc,
+    )
+
+
+def _maybe_sent(exc: BaseException) -> str:
+    """The recorded text of an unexpected error met once the request may have been
+    written: only its type (its text may quote the request)."""
+    return f"unexpected {type(exc).__name__} once the request may have been written"
 
 
 def _json(value: Any) -> bytes:
@@ -158,6 +202,8 @@ class Relay:
         self._runner: asyncio.Task[None] | None = None
         self._busy: set[asyncio.Task[Any]] = set()
         self._outage = OutageLog(log, "outbox", every=outage_log_interval)
+        self._faulty = False
+        """Whether the loops' looks for entries fail with something else than an outage."""
 
     def __repr__(self) -> str:
         return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
@@ -185,9 +231,14 @@ class Relay:
         Returns:
             The entry as stored afterwards (as given, if the store no longer has it).
 
+        An exception no rule classifies settles the entry instead of escaping (the
+        module docstring): a dead letter if it was met before the request (its params,
+        flood control), the entry's policy if the request may have been written.
+
         Raises:
             StoreError: the store could not record the outcome (the entry's lease runs
-                out and the next take decides, as for a relay that died).
+                out and the next take decides, as for a relay that died). A store's outbox
+                that fails otherwise (a bug in it) propagates likewise.
         """
         recorded, failed = _history(entry)
         lost = entry.attempts - 1 - recorded
@@ -202,14 +253,27 @@ class Relay:
         if failed >= self.max_attempts:
             error = f"{failed} failed attempts ({entry.attempts} takes): {entry.last_error}"
             return await self._settle(entry, CallStatus.DEAD, error, "dead", 0.0)
-        params = json.loads(entry.params)
+        params = json_object(entry.params)
+        if params is None:  # written past NewCall's check: no attempt could ever send it
+            log.error("outbox %s %s: %s", entry.method, entry.key, NOT_AN_OBJECT)
+            return await self._settle(entry, CallStatus.DEAD, NOT_AN_OBJECT, "dead", 0.0)
         with heartbeat(
             lambda: self.outbox.extend(entry, lease=self.lease),
             interval=self.lease / 3,
             name=f"outbox call {entry.key}",
         ):
             if self.flood is not None:
-                wait = await self._flood_turn(entry, params)
+                try:
+                    wait = await self._flood_turn(entry, params)
+                except StoreError:
+                    raise
+                except Exception as exc:  # a flood rule that fails on this call: not sent
+                    _unexpected(entry, "flood control", exc)
+                    error = (
+                        f"not sent: unexpected {type(exc).__name__} in flood control (the "
+                        "relay's log has the traceback); redrive it once that is fixed"
+                    )
+                    return await self._settle(entry, CallStatus.DEAD, error, "dead", 0.0)
                 if wait > 0:  # a long wait: hand it back with a record, nothing was sent
                     tag = f"attempt {entry.attempts} ({failed} failed): "
                     text = f"waiting {wait:.2f} s for the flood budget"
@@ -217,6 +281,7 @@ class Relay:
                     return await self._done(entry, ok, "flood_wait", 0.0, logging.DEBUG, text)
             started = time.monotonic()
             answer: Answer | None = None
+            result = b"null"
             try:
                 answer = await self.api.call(entry.method, entry.params)
             except CallNotSent as exc:
@@ -224,11 +289,19 @@ class Relay:
             except AmbiguousCall as exc:
                 verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_reason(entry, exc))
             except Exception as exc:  # a transport bug: it may have been sent
-                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=type(exc).__name__)
+                _unexpected(entry, "the Bot API transport", exc)
+                verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_maybe_sent(exc))
             else:
-                verdict = classify(answer)
+                try:  # a BotAPI's answer that is not an Answer, or a result JSON cannot hold
+                    verdict = classify(answer)
+                    if verdict.outcome is OutcomeClass.DELIVERED:
+                        result = _json(answer.result)
+                except Exception as exc:
+                    _unexpected(entry, "reading the Bot API's answer", exc)
+                    answer = None
+                    verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_maybe_sent(exc))
             elapsed = (time.monotonic() - started) * 1000
-            return await self._record(entry, params, answer, verdict, failed, elapsed)
+            return await self._record(entry, params, answer, verdict, failed, elapsed, result)
 
     async def _flood_turn(self, entry: OutboxEntry, params: dict[str, Any]) -> float:
         """Reserve the entry's budgets, waiting here while the wait is a moment (at most
@@ -255,6 +328,7 @@ class Relay:
         verdict: Verdict,
         failed: int,
         elapsed_ms: float,
+        result: bytes,
     ) -> OutboxEntry:
         outcome = verdict.outcome
         code = answer.error_code if answer is not None else None
@@ -263,8 +337,7 @@ class Relay:
         redact = getattr(self.api, "redact", None)
         text = redact(verdict.description) if callable(redact) else verdict.description
         if outcome is OutcomeClass.DELIVERED:
-            assert answer is not None
-            ok = await self.outbox.deliver(entry, result=_json(answer.result))
+            ok = await self.outbox.deliver(entry, result=result)
             return await self._done(entry, ok, "delivered", elapsed_ms, logging.DEBUG, "")
         if outcome is OutcomeClass.ALREADY_DONE:
             ok = await self.outbox.deliver(entry, result=b"true")
@@ -427,14 +500,27 @@ class Relay:
             try:
                 paused = await self.flood.paused_for() if self.flood is not None else 0.0
                 entry = None if paused > 0 else await self._take()
-            except StoreError as exc:
+            except Exception as exc:  # an outage, or a bug: the loop waits and looks again
                 outages += 1  # this loop's, for its backoff; the log counts all loops'
                 delay = min(self.poll_interval * 2 ** min(outages - 1, 16), self.backoff_max)
-                self._outage.failed(exc)
+                if isinstance(exc, StoreError):
+                    self._outage.failed(exc)
+                elif not self._faulty:
+                    self._faulty = True  # once per run of them, not once per loop and look
+                    log.error(
+                        "outbox: unexpected %s looking for entries to send (not a store "
+                        "outage: flood control or the store's outbox failed); looking "
+                        "again with backoff",
+                        type(exc).__name__,
+                        exc_info=exc,
+                    )
                 await asyncio.sleep(delay)
                 continue
             outages = 0
             self._outage.succeeded()
+            if self._faulty:
+                self._faulty = False
+                log.info("outbox: looking for entries to send works again")
             if paused > 0:
                 await asyncio.sleep(min(paused, self.lease))
                 continue
@@ -448,6 +534,8 @@ class Relay:
                 await asyncio.shield(task)
             except StoreError as exc:
                 log.error("outbox %s %s: outcome not recorded: %s", entry.method, entry.key, exc)
+            except Exception as exc:  # the store's outbox failed otherwise: a bug in it
+                _unexpected(entry, "recording its outcome (the next take decides it)", exc)
             self._wake.set()  # there may be more: let idle siblings look too
 
     async def run(self) -> None:
