@@ -44,6 +44,13 @@ in the instant between the reservation and the request can make a call that was 
 unknown. (It used to hold waits up to 1 s: under a chat's 1 message/s pacing nearly every
 held call sat in that window, and a ``kill -9`` made them all unknown.)
 
+**A store outage while recording.** The outcome of a call (Telegram's answer above all)
+is known only to the relay that sent it, so a record the store cannot take is retried with
+backoff for up to ``lease`` seconds, fenced by the entry's token: a short outage ends with
+the call delivered, not unknown. Past that, one ERROR line says what Telegram answered (a
+Message's ``message_id`` and chat) and the next take decides. Flood control that cannot
+answer before the request hands the entry back with a record, not sent.
+
 Log lines (logger ``telegram_idem.outbox``) name the effect key and the method, never the
 token; a store outage is one ERROR line when it starts, one more at most every
 ``outage_log_interval`` seconds while it lasts (with the failed takes of all the relay's
@@ -59,7 +66,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -133,6 +140,22 @@ def _maybe_sent(exc: BaseException) -> str:
     """The recorded text of an unexpected error met once the request may have been
     written: only its type (its text may quote the request)."""
     return f"unexpected {type(exc).__name__} once the request may have been written"
+
+
+def _accepted(answer: Answer | None) -> str:
+    """What an operator needs to settle a delivered call nobody could record: Telegram's
+    ``message_id`` and chat, when its result is a Message."""
+    if answer is None or not answer.ok:
+        return ""
+    result = answer.result
+    if isinstance(result, dict) and "message_id" in result:
+        chat = result.get("chat")
+        chat_id = chat.get("id") if isinstance(chat, dict) else None
+        return (
+            f"; Telegram accepted it as message_id {result['message_id']} in chat "
+            f"{chat_id}: settle it with `telegram-idem outbox resolve` and that result"
+        )
+    return "; Telegram accepted it"
 
 
 def _json(value: Any) -> bytes:
@@ -235,10 +258,16 @@ class Relay:
         module docstring): a dead letter if it was met before the request (its params,
         flood control), the entry's policy if the request may have been written.
 
+        A store that cannot answer while the outcome is recorded is retried with
+        backoff for up to ``lease`` seconds (the outcome, Telegram's answer above all, is
+        known only here); flood control that cannot answer before the request hands the
+        entry back, not sent.
+
         Raises:
-            StoreError: the store could not record the outcome (the entry's lease runs
-                out and the next take decides, as for a relay that died). A store's outbox
-                that fails otherwise (a bug in it) propagates likewise.
+            StoreError: the store could not record the outcome for ``lease`` seconds (the
+                entry's lease runs out and the next take decides, as for a relay that
+                died). A store's outbox that fails otherwise (a bug in it) propagates
+                likewise.
         """
         recorded, failed = _history(entry)
         lost = entry.attempts - 1 - recorded
@@ -265,8 +294,17 @@ class Relay:
             if self.flood is not None:
                 try:
                     wait = await self._flood_turn(entry, params)
-                except StoreError:
-                    raise
+                except StoreError as exc:  # not sent: hand it back with a record, or the
+                    # next take would count a take that recorded nothing (hold: unknown)
+                    text = f"not sent: flood control could not answer: {exc}"
+                    tag = f"attempt {entry.attempts} ({failed} failed): "
+                    delay = self.backoff(1)
+                    ok = await self._write(
+                        entry,
+                        "not_sent",
+                        lambda: self.outbox.retry(entry, delay=delay, error=tag + text),
+                    )
+                    return await self._done(entry, ok, "not_sent", 0.0, logging.WARNING, text)
                 except Exception as exc:  # a flood rule that fails on this call: not sent
                     _unexpected(entry, "flood control", exc)
                     error = (
@@ -277,7 +315,11 @@ class Relay:
                 if wait > 0:  # a long wait: hand it back with a record, nothing was sent
                     tag = f"attempt {entry.attempts} ({failed} failed): "
                     text = f"waiting {wait:.2f} s for the flood budget"
-                    ok = await self.outbox.retry(entry, delay=wait, error=tag + text)
+                    ok = await self._write(
+                        entry,
+                        "flood_wait",
+                        lambda: self.outbox.retry(entry, delay=wait, error=tag + text),
+                    )
                     return await self._done(entry, ok, "flood_wait", 0.0, logging.DEBUG, text)
             started = time.monotonic()
             answer: Answer | None = None
@@ -337,27 +379,39 @@ class Relay:
         redact = getattr(self.api, "redact", None)
         text = redact(verdict.description) if callable(redact) else verdict.description
         if outcome is OutcomeClass.DELIVERED:
-            ok = await self.outbox.deliver(entry, result=result)
+            ok = await self._write(
+                entry, "delivered", lambda: self.outbox.deliver(entry, result=result), answer
+            )
             return await self._done(entry, ok, "delivered", elapsed_ms, logging.DEBUG, "")
         if outcome is OutcomeClass.ALREADY_DONE:
-            ok = await self.outbox.deliver(entry, result=b"true")
+            ok = await self._write(
+                entry, "already_done", lambda: self.outbox.deliver(entry, result=b"true"), answer
+            )
             return await self._done(entry, ok, "already_done", elapsed_ms, logging.INFO, text)
         tag = f"attempt {entry.attempts} ({failed} failed): "
         if outcome is OutcomeClass.RETRY:
             delay = verdict.retry_after or 1.0
             if self.flood is not None:
                 await self.flood.retry_after(delay, method=entry.method)
-            ok = await self.outbox.retry(entry, delay=delay, error=f"{tag}{code}: {text}")
+            error = f"{tag}{code}: {text}"
+            ok = await self._write(
+                entry, "flood_wait", lambda: self.outbox.retry(entry, delay=delay, error=error)
+            )
             return await self._done(entry, ok, "flood_wait", elapsed_ms, logging.WARNING, text)
         if outcome is OutcomeClass.MIGRATE:
             new = verdict.migrate_to_chat_id
             params["chat_id"] = new
-            ok = await self.outbox.retry(
+            moved = encode_params(params)
+            ok = await self._write(
                 entry,
-                delay=0.0,
-                error=f"{tag}migrated to chat {new}: {text}",
-                params=encode_params(params),
-                ordering_key=f"chat:{new}",
+                "migrated",
+                lambda: self.outbox.retry(
+                    entry,
+                    delay=0.0,
+                    error=f"{tag}migrated to chat {new}: {text}",
+                    params=moved,
+                    ordering_key=f"chat:{new}",
+                ),
             )
             return await self._done(entry, ok, "migrated", elapsed_ms, logging.INFO, text)
         if outcome in (OutcomeClass.EXPIRED, OutcomeClass.PERMANENT):
@@ -365,7 +419,8 @@ class Relay:
         if outcome is OutcomeClass.BLOCKED:
             # Tagged like a retry: unpark keeps the attempts, so the next taker must see
             # that this take recorded its outcome (else a hold call would turn unknown).
-            ok = await self.outbox.park(entry, error=f"{tag}{code}: {text}")
+            error = f"{tag}{code}: {text}"
+            ok = await self._write(entry, "parked", lambda: self.outbox.park(entry, error=error))
             return await self._done(entry, ok, "parked", elapsed_ms, logging.WARNING, text)
         if outcome is OutcomeClass.AMBIGUOUS and entry.policy is AmbiguousPolicy.HOLD:
             return await self._settle(entry, CallStatus.UNKNOWN, text, "unknown", elapsed_ms)
@@ -376,7 +431,10 @@ class Relay:
         delay = self.backoff(failed)
         decision = "resend" if outcome is OutcomeClass.AMBIGUOUS else "not_sent"
         tag = f"attempt {entry.attempts} ({failed} failed): "
-        ok = await self.outbox.retry(entry, delay=delay, error=f"{tag}{text}")
+        error = f"{tag}{text}"
+        ok = await self._write(
+            entry, decision, lambda: self.outbox.retry(entry, delay=delay, error=error)
+        )
         return await self._done(entry, ok, decision, elapsed_ms, logging.WARNING, text)
 
     async def _settle(
@@ -388,7 +446,9 @@ class Relay:
         elapsed_ms: float,
     ) -> OutboxEntry:
         assert status in (CallStatus.DEAD, CallStatus.UNKNOWN)
-        ok = await self.outbox.settle(entry, status=status, error=error)
+        ok = await self._write(
+            entry, decision, lambda: self.outbox.settle(entry, status=status, error=error)
+        )
         return await self._done(entry, ok, decision, elapsed_ms, logging.WARNING, error)
 
     async def _done(
@@ -419,8 +479,52 @@ class Relay:
                 elapsed_ms=elapsed_ms,
                 bot_id=self.bot_id,
             )
-        stored = await self.outbox.get(entry.key)
+        try:
+            stored = await self.outbox.get(entry.key)
+        except StoreError:  # recorded: only the read-back failed
+            return entry
         return stored if stored is not None else entry
+
+    async def _write(
+        self,
+        entry: OutboxEntry,
+        decision: str,
+        write: Callable[[], Awaitable[bool]],
+        answer: Answer | None = None,
+    ) -> bool:
+        """Record an outcome with ``write``, retrying a :class:`StoreError` with backoff
+        for up to ``lease`` seconds: the outcome (Telegram's answer, above all) is known
+        only here, and a record that waits out a short outage keeps a delivered call
+        from becoming unknown, or a call handed back from becoming unknown or being sent
+        again. The write stays fenced by the entry's token: once another relay took the
+        entry over, it does nothing (``False``). Still failing at the end, it logs what
+        was known (for a delivered call, its ``message_id``: what an operator needs to
+        ``telegram-idem outbox resolve`` it) and raises.
+
+        Raises:
+            StoreError: the store did not answer for ``lease`` seconds.
+        """
+        deadline = time.monotonic() + self.lease
+        pause = min(0.05, self.lease / 10)
+        while True:
+            try:
+                return await write()
+            except StoreError as exc:
+                if time.monotonic() + pause >= deadline:
+                    log.error(
+                        "outbox %s %s: %s, but the outbox could not record it for %.0f s "
+                        "(%s); the entry's lease decides at its next take (policy %s)%s",
+                        entry.method,
+                        entry.key,
+                        decision,
+                        self.lease,
+                        exc,
+                        entry.policy.value,
+                        _accepted(answer),
+                    )
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     async def deliver_unit(
         self, ordering_key: str, *, until_key: str | None = None

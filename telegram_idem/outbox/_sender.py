@@ -457,7 +457,13 @@ class Outbound:
                 current = json.loads(entry.result or b"{}")["superseded_by"]
                 continue
             if status in (CallStatus.DEAD, CallStatus.PARKED):
-                error = entry.last_error or ""
+                error = entry.last_error or (
+                    "its chat is parked: an earlier call to it was refused with 403 (the "
+                    "bot was blocked); `telegram-idem outbox unpark` sends it once the "
+                    "user unblocks the bot"
+                    if status is CallStatus.PARKED
+                    else "no reason recorded"
+                )
                 match = _CODE.match(error)
                 code, description = (int(match[1]), match[2]) if match else (None, error)
                 kind = ChatParkedError if status is CallStatus.PARKED else SendFailedError

@@ -369,3 +369,17 @@ async def test_a_locked_sqlite_file_at_enqueue_raises_store_error_and_sends_noth
         await store.close()
     assert sent[0]["text"] == "a" and sent[1] == sent[0]
     assert len(fake_api.calls_of("sendMessage")) == 1
+
+
+async def test_a_later_call_to_a_parked_chat_says_why_it_is_parked(
+    fake_api: FakeBotAPI,
+) -> None:
+    fake_api.inject(Fault.blocked(9, times=None))
+    store = MemoryStore()
+    async with outbound_on(store, fake_api.url) as out:
+        with pytest.raises(ChatParkedError, match="blocked"):
+            await out.call("sendMessage", {"chat_id": 9, "text": "one"}, key="b1")
+        with pytest.raises(ChatParkedError) as later:
+            await out.call("sendMessage", {"chat_id": 9, "text": "two"}, key="b2")
+    assert "403" in str(later.value) and "unpark" in str(later.value)
+    assert len(fake_api.calls_of("sendMessage")) == 1  # the second one waits, unsent

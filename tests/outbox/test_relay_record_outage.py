@@ -1,0 +1,64 @@
+"""A store outage while the relay records an outcome: the relay keeps what it knows and
+retries the record for up to its lease, so a call Telegram accepted is recorded as
+delivered (not turned unknown) and one handed back unsent is not sent twice.
+
+Real Redis behind a TCP proxy that is cut and restored; real HTTP to the fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+
+import pytest
+from outbox.outbox_support import TOKEN
+from services import UrlFactory
+from store_proxy import Proxy
+
+from telegram_idem import store_from_url
+from telegram_idem.outbox import CallStatus, Outbound, encode_params
+from telegram_idem.testing import Fault
+from telegram_idem.testing.bot_api import FakeBotAPI
+
+pytestmark = pytest.mark.redis
+
+
+async def proxied(url: str) -> tuple[Proxy, str]:
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    proxy = Proxy(parts.hostname, parts.port)
+    await proxy.start()
+    return proxy, url.replace(parts.netloc, f"127.0.0.1:{proxy.port}", 1)
+
+
+async def test_an_answer_that_arrives_during_an_outage_is_recorded_once_it_ends(
+    redis_url_factory: UrlFactory, fake_api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="telegram_idem.outbox")
+    proxy, url = await proxied(redis_url_factory())
+    store = store_from_url(url)
+    fake_api.inject(Fault.slow(1.0, method="sendMessage"))
+    try:
+        async with Outbound.for_store(store, token=TOKEN, base_url=fake_api.url, lease=5.0) as out:
+            sending = asyncio.ensure_future(
+                out.call("sendMessage", {"chat_id": 7, "text": "paid"}, key="receipt")
+            )
+            while not fake_api.calls_of("sendMessage"):  # the request is at Telegram
+                await asyncio.sleep(0.01)
+            await proxy.cut()  # the answer comes back to a relay that cannot record it
+            await asyncio.sleep(1.5)
+            await proxy.start()
+            message = await asyncio.wait_for(sending, timeout=10)
+            params = {"chat_id": 7, "text": "paid"}
+            key = out.effect_key("sendMessage", encode_params(params), "receipt")
+            assert key is not None
+            entry = await store.outbox().get(key)
+    finally:
+        await store.close()
+        await proxy.cut()
+    assert message["text"] == "paid"
+    assert entry is not None and entry.status is CallStatus.DELIVERED
+    assert len(fake_api.calls_of("sendMessage")) == 1
+    assert not [
+        r for r in caplog.records if r.levelno >= logging.ERROR and "record" in r.getMessage()
+    ]
