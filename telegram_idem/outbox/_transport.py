@@ -219,6 +219,12 @@ class HttpBotAPI:
                     f"{method}: a file to upload cannot be read: {self._mask(str(exc))}",
                     method=method,
                 )
+            except Exception as exc:  # the request was never written: not sent
+                failure = CallNotSent(
+                    f"{method}: the request could not be built: {type(exc).__name__}: "
+                    f"{self._mask(str(exc))}",
+                    method=method,
+                )
             if failure is None:
                 try:
                     async with self._session_now().post(

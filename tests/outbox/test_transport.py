@@ -114,6 +114,15 @@ async def test_a_missing_file_is_not_sent(fake_api: FakeBotAPI, tmp_path: Path) 
     assert fake_api.calls_of("sendDocument") == []
 
 
+async def test_a_request_that_cannot_be_built_is_not_sent(fake_api: FakeBotAPI) -> None:
+    # a path with a NUL byte: open() raises ValueError, not OSError, before any request
+    params = encode_params({"chat_id": 5, "document": FileRef("bad\x00name.pdf")})
+    async with HttpBotAPI(TOKEN, base_url=fake_api.url) as api:
+        with pytest.raises(CallNotSent, match="could not be built: ValueError"):
+            await api.call("sendDocument", params)
+    assert fake_api.calls_of("sendDocument") == []
+
+
 async def test_the_token_is_in_no_repr_message_or_log(
     closed_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
