@@ -215,8 +215,9 @@ class OutboxSessionMiddleware(BaseRequestMiddleware):
         wait: seconds a call waits for its delivery before
             :class:`~telegram_idem.errors.DeliveryTimeoutError` (the framework needs the
             answer, so there is always a limit).
-        priority: the priority of every call (0 replies … 10 bulk), or ``None`` for the
-            outbound's default.
+        priority: the priority of every call (0 replies … 10 bulk), or ``None``: each
+            call's enclosing ``with telegram_idem.flood.priority(BULK):`` block's, else 0
+            (aiogram's methods have no argument for it).
 
     Raises (from a call made through the bot):
         TelegramBadRequest, TelegramForbiddenError, ...: Telegram refused the call for
@@ -273,7 +274,8 @@ class FloodControlMiddleware(BaseRequestMiddleware):
     Args:
         flood: the shared flood control (``telegram_idem.flood.FloodControl``).
         max_retries: sends after a 429 before the ``TelegramRetryAfter`` is raised.
-        priority: the priority of every call (0 replies … 10 bulk).
+        priority: the priority of every call (0 replies … 10 bulk), or ``None``: each
+            call's enclosing ``with telegram_idem.flood.priority(BULK):`` block's, else 0.
 
     Raises (from a call made through the bot):
         TelegramRetryAfter: still 429 after ``max_retries`` sends.
@@ -282,7 +284,11 @@ class FloodControlMiddleware(BaseRequestMiddleware):
     """
 
     def __init__(
-        self, flood: FloodControl, *, max_retries: int = DEFAULT_MAX_RETRIES, priority: int = 0
+        self,
+        flood: FloodControl,
+        *,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        priority: int | None = None,
     ) -> None:
         self.flood = flood
         self.max_retries = max_retries

@@ -49,7 +49,7 @@ class Pacer(Protocol):
     """Flood control as the hooks call it: ``telegram_idem.flood.FloodControl``."""
 
     async def wait_turn(
-        self, method: str, params: Mapping[str, Any], *, priority: int = 0
+        self, method: str, params: Mapping[str, Any], *, priority: int | None = None
     ) -> float:
         """Wait until the call may go out; the seconds waited."""
         ...
@@ -66,7 +66,7 @@ async def paced(
     send: Callable[[], Awaitable[T]],
     retry_after_of: Callable[[Exception], float | None],
     *,
-    priority: int = 0,
+    priority: int | None = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> T:
     """Send once the call's turn comes; on a 429 pause the bot for every process
@@ -78,7 +78,8 @@ async def paced(
             ``allow_paid_broadcast``).
         send: makes the request (the framework's own sender).
         retry_after_of: the ``retry_after`` seconds of a framework 429 error, else ``None``.
-        priority: 0 (a reply) … 10 (bulk).
+        priority: 0 (a reply) … 10 (bulk); ``None``: the enclosing
+            ``telegram_idem.flood.priority(...)`` block's, else 0.
         max_retries: sends after the first one that a 429 may cause.
 
     Raises:

@@ -297,6 +297,6 @@ class FloodRateLimiter(BaseRateLimiter[int]):
             hints,
             lambda: callback(*args, **kwargs),
             retry_after_of,
-            priority=rate_limit_args or 0,
+            priority=rate_limit_args if isinstance(rate_limit_args, int) else None,
             max_retries=self.max_retries,
         )

@@ -7,6 +7,8 @@
   :func:`buckets_for` — which budgets one call spends.
 - :class:`~telegram_idem.flood._control.FloodControl` — paces one bot's calls through
   its store's budget (``wait_turn``) and pauses the whole bot on a 429 (``retry_after``).
+- :func:`~telegram_idem.flood._priority.priority` — the priority of the calls made in a
+  block (``with priority(BULK):``), for senders with no per-call argument (aiogram).
 """
 
 from telegram_idem.flood._base import Bucket, FloodBudget, decide
@@ -20,6 +22,7 @@ from telegram_idem.flood._limits import (
     is_group_chat,
     is_message,
 )
+from telegram_idem.flood._priority import current_priority, priority
 from telegram_idem.flood._retry_after import retry_after_of
 
 __all__ = [
@@ -31,8 +34,10 @@ __all__ = [
     "Limits",
     "Rate",
     "buckets_for",
+    "current_priority",
     "decide",
     "is_group_chat",
     "is_message",
+    "priority",
     "retry_after_of",
 ]

@@ -26,7 +26,8 @@ from telegram_idem._keys import KeyBuilder
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.events import emit_decision, listening
 from telegram_idem.flood._base import FloodBudget
-from telegram_idem.flood._limits import REPLY, Limits, buckets_for
+from telegram_idem.flood._limits import Limits, buckets_for
+from telegram_idem.flood._priority import current_priority
 
 __all__ = ["FloodControl"]
 
@@ -98,7 +99,7 @@ class FloodControl:
         method: str,
         params: Mapping[str, Any],
         *,
-        priority: int = REPLY,
+        priority: int | None = None,
         deadline: float | None = None,
     ) -> float:
         """Wait until the call may be sent, and reserve it in every budget it spends.
@@ -107,7 +108,8 @@ class FloodControl:
             method: the Bot API method.
             params: its parameters (``chat_id``, ``allow_paid_broadcast`` are read).
             priority: ``REPLY`` (0) … ``BULK`` (10): bulk calls use only part of the
-                shared bursts.
+                shared bursts; ``None``: the enclosing :func:`~telegram_idem.flood.priority`
+                block's, else ``REPLY``.
             deadline: a ``time.monotonic()`` reading: give up rather than wait past it.
 
         Returns:
@@ -117,7 +119,9 @@ class FloodControl:
             TimeoutError: the budgets have no room before ``deadline`` (nothing reserved).
             StoreError: the store could not answer.
         """
-        buckets = buckets_for(method, params, limits=self.limits, key=self.key, priority=priority)
+        buckets = buckets_for(
+            method, params, limits=self.limits, key=self.key, priority=current_priority(priority)
+        )
         waited = 0.0
         while True:
             wait = await self.budget.reserve(buckets)
@@ -133,7 +137,7 @@ class FloodControl:
             waited += wait
 
     async def try_turn(
-        self, method: str, params: Mapping[str, Any], *, priority: int = REPLY
+        self, method: str, params: Mapping[str, Any], *, priority: int | None = None
     ) -> float:
         """Reserve the call in every budget it spends if they have room now, else nothing.
 
@@ -149,7 +153,9 @@ class FloodControl:
         Raises:
             StoreError: the store could not answer.
         """
-        buckets = buckets_for(method, params, limits=self.limits, key=self.key, priority=priority)
+        buckets = buckets_for(
+            method, params, limits=self.limits, key=self.key, priority=current_priority(priority)
+        )
         return await self.budget.reserve(buckets)
 
     def note_wait(self, method: str, params: Mapping[str, Any], seconds: float) -> None:

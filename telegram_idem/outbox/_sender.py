@@ -58,7 +58,7 @@ from telegram_idem.errors import (
     SendFailedError,
     UnknownOutcomeError,
 )
-from telegram_idem.flood import REPLY, FloodControl, Limits
+from telegram_idem.flood import FloodControl, Limits, current_priority
 from telegram_idem.outbox._base import (
     LIVE,
     AmbiguousPolicy,
@@ -261,7 +261,8 @@ class Outbound:
             key: the call's own effect name (durable outside an action too).
             policy: what an ambiguous outcome does (default
                 :func:`~telegram_idem.outbox._calls.default_policy` of ``method``).
-            priority: ``REPLY`` (0, the default) … ``BULK`` (10).
+            priority: ``REPLY`` (0) … ``BULK`` (10); default the enclosing
+                ``telegram_idem.flood.priority(...)`` block's, else ``REPLY``.
             wait: seconds to wait for the outcome; ``None``: return the effect key at
                 once (a running relay sends it).
             conn: the caller's open database transaction to enqueue in: returns the
@@ -301,7 +302,7 @@ class Outbound:
                     "enqueue(...) (or wait=None), then await result(key) after the commit"
                 )
         body = encode_params(params)
-        prio = REPLY if priority is None else priority
+        prio = current_priority(priority)
         if key is None and current_action() is None:
             return await self._direct(method, dict(params), prio, wait)
         self._refuse_token(method, body, key)

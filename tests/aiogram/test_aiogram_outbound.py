@@ -45,7 +45,7 @@ from telegram_idem.adapters.aiogram import (
 )
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ChatParkedError, SendFailedError, UnknownOutcomeError
-from telegram_idem.flood import FloodControl, Limits, Rate
+from telegram_idem.flood import BULK, REPLY, FloodControl, Limits, Rate, priority
 from telegram_idem.outbox import CallStatus, FileRef, Outbound, encode_params
 from telegram_idem.testing.bot_api import FakeBotAPI, Fault
 
@@ -263,6 +263,28 @@ async def test_an_answer_in_an_action_is_a_delivered_outbox_call_and_a_message(
     assert isinstance(answer, Message) and answer.bot is sending_bot
     assert answer.message_id == api.messages(CHAT)[0].message_id
     assert (await store.outbox().counts()).get(CallStatus.DELIVERED) == 1
+
+
+async def test_a_bulk_block_gives_aiograms_calls_the_bulk_priority(
+    api: FakeBotAPI, store: MemoryStore, sending_bot: Bot
+) -> None:
+    router = Router()
+
+    @router.message()
+    @idempotent(key="broadcast:{message.message_id}")
+    async def broadcast(message: Message) -> None:
+        await message.answer("you asked")  # a reply: REPLY
+        with priority(BULK):  # aiogram has no per-call argument for it
+            await sending_bot.send_message(CHAT + 1, "news")
+            await sending_bot.send_message(CHAT + 2, "news", request_timeout=5)
+
+    await guarded(store, router).feed_raw_update(sending_bot, message_update(1))
+    entries = await store.outbox().entries(status=CallStatus.DELIVERED, limit=10)
+    assert sorted((e.ordering_key, e.priority) for e in entries) == [
+        (f"chat:{CHAT}", REPLY),
+        (f"chat:{CHAT + 1}", BULK),
+        (f"chat:{CHAT + 2}", BULK),
+    ]
 
 
 async def test_a_crash_retry_sends_once_and_answers_the_first_message(

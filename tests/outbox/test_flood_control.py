@@ -17,7 +17,7 @@ from telegram_idem._keys import KeyBuilder
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.flood import BULK, FloodControl, Limits, Rate
+from telegram_idem.flood import BULK, REPLY, FloodControl, Limits, Rate, current_priority, priority
 
 
 def control(budget: ClockBudget, **kwargs: object) -> FloodControl:
@@ -84,6 +84,24 @@ async def test_bulk_sends_leave_the_burst_to_replies() -> None:
     assert bulk[:5] == [0.0] * 5 and bulk[5] > 0
     replies = [await flood.wait_turn("sendMessage", {"chat_id": 100 + i}) for i in range(4)]
     assert replies == [0.0] * 4  # the other half of the burst was kept for them
+
+
+async def test_a_priority_block_is_the_default_of_the_calls_inside_it() -> None:
+    budget = ClockBudget(ManualClock())
+    flood = control(budget, limits=Limits(global_=Rate(10, 1.0, burst=10), bulk_share=0.5))
+    with priority(BULK):
+        bulk = [await flood.wait_turn("sendMessage", {"chat_id": i}) for i in range(6)]
+        assert current_priority() == BULK and current_priority(REPLY) == REPLY
+        explicit = await flood.try_turn("sendMessage", {"chat_id": 50}, priority=REPLY)
+    assert bulk[:5] == [0.0] * 5 and bulk[5] > 0  # half the burst, as priority=BULK
+    assert explicit == 0.0  # an explicit priority wins over the block's
+    assert current_priority() == REPLY  # the block is over
+    with pytest.raises(ValueError, match="from 0 to 10"):
+        with priority(11):
+            pass
+    with pytest.raises(ValueError):
+        with priority(True):
+            pass
 
 
 def test_for_store_needs_a_store_with_a_budget() -> None:
