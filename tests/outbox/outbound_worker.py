@@ -84,10 +84,10 @@ async def run_relay(args: argparse.Namespace) -> None:
     await store.close()
 
 
-async def run_action(args: argparse.Namespace) -> None:
-    idem = Idem(args.url, lease=args.lease)
-    relay = relay_of(idem.store, args)
-    out = Outbound(
+def outbound_of(idem: Idem, relay: Relay) -> Outbound:
+    """The action side's sender: its calls go to ``relay``'s outbox and API, keyed by
+    ``idem``'s key builder."""
+    return Outbound(
         idem.store.outbox(),
         relay.api,
         bot_id=relay.bot_id,
@@ -95,6 +95,12 @@ async def run_action(args: argparse.Namespace) -> None:
         keys=idem.keys,
         relay=relay,
     )
+
+
+async def run_action(args: argparse.Namespace) -> None:
+    idem = Idem(args.url, lease=args.lease)
+    relay = relay_of(idem.store, args)
+    out = outbound_of(idem, relay)
 
     @idempotent(key="order:{message_id}")
     async def place_order(update: dict[str, Any]) -> Any:
@@ -139,14 +145,7 @@ async def run_commit(args: argparse.Namespace) -> None:
 async def run_step(args: argparse.Namespace) -> None:
     idem = Idem(args.url, lease=args.lease)
     relay = relay_of(idem.store, args)
-    out = Outbound(
-        idem.store.outbox(),
-        relay.api,
-        bot_id=relay.bot_id,
-        flood=relay.flood,
-        keys=idem.keys,
-        relay=relay,
-    )
+    out = outbound_of(idem, relay)
 
     async def announce() -> Any:
         message = await out.call("sendMessage", {"chat_id": 1, "text": "order placed"})
