@@ -99,11 +99,16 @@ class AmbiguousPolicy(StrEnum):
     """Make the entry ``UNKNOWN`` and never re-send it by itself (at-most-once)."""
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_object(params: bytes) -> dict[str, Any] | None:
     """Stored params decoded, if they are a JSON object (what every call's params are:
-    Bot API "Making requests"), else ``None``."""
+    Bot API "Making requests") in standard JSON (no ``NaN`` or ``Infinity``, which
+    Python's ``json`` would read), else ``None``."""
     try:
-        decoded = json.loads(params)
+        decoded = json.loads(params, parse_constant=_refuse_constant)
     except (ValueError, TypeError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     return decoded if isinstance(decoded, dict) else None
@@ -152,8 +157,9 @@ class NewCall:
             )
         if json_object(self.params) is None:
             raise ValueError(
-                f"{self.method} {self.key}: params must be a JSON object as bytes "
-                "(encode_params(...) of a mapping); nothing is stored"
+                f"{self.method} {self.key}: params must be a JSON object as bytes, in "
+                "standard JSON (no NaN or Infinity: encode_params(...) of a mapping); "
+                "nothing is stored"
             )
 
     @property

@@ -66,6 +66,7 @@ import json
 import logging
 import re
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -123,16 +124,24 @@ past :class:`~telegram_idem.outbox._base.NewCall`'s check: an older version, a s
 edited by hand)."""
 
 
-def _unexpected(entry: OutboxEntry, where: str, exc: BaseException) -> None:
+def _unexpected(
+    entry: OutboxEntry,
+    where: str,
+    exc: BaseException,
+    redact: Callable[[str], str] | None = None,
+) -> None:
     """One ERROR line, with the traceback, for an exception no rule classifies: the
-    entry's method and key name it, never its params (nor, so, a token in them)."""
+    entry's method and key name it, never its params; the traceback is formatted here and
+    passed through ``redact`` (the transport's token mask), since an exception's text may
+    quote the request URL, which holds the token."""
+    trace = "".join(traceback.format_exception(exc))
     log.error(
-        "outbox %s %s: unexpected %s in %s",
+        "outbox %s %s: unexpected %s in %s\n%s",
         entry.method,
         entry.key,
         type(exc).__name__,
         where,
-        exc_info=exc,
+        redact(trace) if redact is not None else trace,
     )
 
 
@@ -142,20 +151,29 @@ def _maybe_sent(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__} once the request may have been written"
 
 
-def _accepted(answer: Answer | None) -> str:
-    """What an operator needs to settle a delivered call nobody could record: Telegram's
-    ``message_id`` and chat, when its result is a Message."""
+def _accepted(answer: Answer | None, key: str) -> str:
+    """What an operator needs to settle a delivered call nobody could record: the
+    ``telegram-idem outbox resolve`` line with Telegram's result (a Message's
+    ``message_id``, ``date`` and ``chat``: the fields resolve checks)."""
     if answer is None or not answer.ok:
         return ""
     result = answer.result
-    if isinstance(result, dict) and "message_id" in result:
-        chat = result.get("chat")
-        chat_id = chat.get("id") if isinstance(chat, dict) else None
-        return (
-            f"; Telegram accepted it as message_id {result['message_id']} in chat "
-            f"{chat_id}: settle it with `telegram-idem outbox resolve` and that result"
-        )
-    return "; Telegram accepted it"
+    chat = result.get("chat") if isinstance(result, dict) else None
+    if isinstance(result, dict) and "message_id" in result and isinstance(chat, dict):
+        kept: Any = {  # a Message: what resolve checks, not the text sent
+            "message_id": result["message_id"],
+            "date": result.get("date"),
+            "chat": {k: chat.get(k) for k in ("id", "type")},
+        }
+    else:  # True, a MessageId, ...
+        kept = result
+    shown = json.dumps(kept)
+    if len(shown) > 1000:
+        return "; Telegram accepted it (its result is too long to log: find the message in the chat)"
+    return (
+        f"; Telegram accepted it: settle it with telegram-idem outbox resolve '{key}' "
+        f"--result '{shown}'"
+    )
 
 
 def _json(value: Any) -> bytes:
@@ -230,6 +248,12 @@ class Relay:
 
     def __repr__(self) -> str:
         return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
+
+    @property
+    def _redactor(self) -> Callable[[str], str] | None:
+        """The transport's token mask (``HttpBotAPI.redact``), if it has one."""
+        redact = getattr(self.api, "redact", None)
+        return redact if callable(redact) else None
 
     def backoff(self, failures: int) -> float:
         """Seconds before the attempt after ``failures`` failed ones.
@@ -306,7 +330,7 @@ class Relay:
                     )
                     return await self._done(entry, ok, "not_sent", 0.0, logging.WARNING, text)
                 except Exception as exc:  # a flood rule that fails on this call: not sent
-                    _unexpected(entry, "flood control", exc)
+                    _unexpected(entry, "flood control", exc, self._redactor)
                     error = (
                         f"not sent: unexpected {type(exc).__name__} in flood control (the "
                         "relay's log has the traceback); redrive it once that is fixed"
@@ -331,7 +355,7 @@ class Relay:
             except AmbiguousCall as exc:
                 verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_reason(entry, exc))
             except Exception as exc:  # a transport bug: it may have been sent
-                _unexpected(entry, "the Bot API transport", exc)
+                _unexpected(entry, "the Bot API transport", exc, self._redactor)
                 verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_maybe_sent(exc))
             else:
                 try:  # a BotAPI's answer that is not an Answer, or a result JSON cannot hold
@@ -339,7 +363,7 @@ class Relay:
                     if verdict.outcome is OutcomeClass.DELIVERED:
                         result = _json(answer.result)
                 except Exception as exc:
-                    _unexpected(entry, "reading the Bot API's answer", exc)
+                    _unexpected(entry, "reading the Bot API's answer", exc, self._redactor)
                     answer = None
                     verdict = Verdict(OutcomeClass.AMBIGUOUS, description=_maybe_sent(exc))
             elapsed = (time.monotonic() - started) * 1000
@@ -520,7 +544,7 @@ class Relay:
                         self.lease,
                         exc,
                         entry.policy.value,
-                        _accepted(answer),
+                        _accepted(answer, entry.key),
                     )
                     raise
                 await asyncio.sleep(pause)
@@ -639,7 +663,9 @@ class Relay:
             except StoreError as exc:
                 log.error("outbox %s %s: outcome not recorded: %s", entry.method, entry.key, exc)
             except Exception as exc:  # the store's outbox failed otherwise: a bug in it
-                _unexpected(entry, "recording its outcome (the next take decides it)", exc)
+                _unexpected(
+                    entry, "recording its outcome (the next take decides it)", exc, self._redactor
+                )
             self._wake.set()  # there may be more: let idle siblings look too
 
     async def run(self) -> None:

@@ -467,6 +467,8 @@ class Outbound:
                 )
                 match = _CODE.match(error)
                 code, description = (int(match[1]), match[2]) if match else (None, error)
+                if code is None and status is CallStatus.PARKED and not entry.last_error:
+                    code = 403  # parked behind its chat's refused call, not sent itself
                 kind = ChatParkedError if status is CallStatus.PARKED else SendFailedError
                 raise kind(
                     f"{entry.method} {current}: {status.value}: {error}",
@@ -553,19 +555,24 @@ def _check_same_call(stored: OutboxEntry, call: NewCall) -> None:
     if stored.method == call.method and stored.params == call.params:
         return
     old, new = json.loads(stored.params), json.loads(call.params)
-    if (
-        stored.method == call.method
-        and isinstance(old, dict)
-        and isinstance(new, dict)
-        and _migrated(new.pop("chat_id", None), old.pop("chat_id", None))
-        and old == new
-    ):
-        return
+    if not isinstance(old, dict) or not isinstance(new, dict):  # not Bot API params
+        differ = ["params"]
+    else:
+        asked, kept = new.pop("chat_id", None), old.pop("chat_id", None)
+        same_chat = str(asked) == str(kept) or _migrated(asked, kept)  # "111" is 111
+        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if not same_chat:
+            differ.insert(0, "chat_id")
+        if stored.method != call.method:
+            differ.insert(0, "method")
+        if not differ:
+            return
     raise ConflictError(
         f"effect key {stored.key} is already stored for another call ({stored.method} in "
-        f"{stored.ordering_key}), not this {call.method} in {call.unit}: its outcome "
-        "would be replayed to the wrong call; give each distinct call its own key= "
-        "(inside an action, leave key= out: the derived key tells calls apart)",
+        f"{stored.ordering_key}; this one is {call.method} in {call.unit}, and differs in "
+        f"{', '.join(differ)}): its outcome would be replayed to the wrong call; give each "
+        "distinct call its own key= (inside an action, leave key= out: the derived key "
+        "tells calls apart)",
         key=stored.key,
     )
 

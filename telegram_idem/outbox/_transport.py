@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from telegram_idem.outbox._calls import FILE_FIELD, Answer
 from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
@@ -61,10 +61,10 @@ _DECODINGS = 4
 (``%3A``, ``%253A``, ...)."""
 
 TOKEN_IN_PARAMS = (
-    "the params carry the bot token (a Bot API file download URL, "
-    "https://api.telegram.org/file/bot<token>/<file_path>, holds it): send the file's "
-    "file_id instead of its download URL; a download URL carries the bot token. "
-    "Nothing was stored"
+    "the params carry the bot token, and a stored call must not: if it is a Bot API file "
+    "download URL (https://api.telegram.org/file/bot<token>/<file_path>), send the "
+    "file's file_id instead, since a download URL carries the bot token; anywhere else "
+    "(a text, a caption), leave it out. Nothing was stored"
 )
 """The text of the ``ValueError`` for a durable call whose params hold the token."""
 
@@ -114,7 +114,8 @@ class HttpBotAPI:
             made at the first call and closed by :meth:`close`.
 
     Raises:
-        ValueError: ``timeout`` is not > 0.
+        ValueError: ``timeout`` is not > 0, or ``base_url`` is not an ``http://`` or
+            ``https://`` URL with a host.
     """
 
     def __init__(
@@ -127,6 +128,11 @@ class HttpBotAPI:
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be > 0 seconds")
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"base_url must be an http:// or https:// URL with a host, got {base_url!r}"
+            )
         self.__token = token
         head, sep, secret = token.partition(":")
         self.__needles = tuple(
@@ -239,6 +245,7 @@ class HttpBotAPI:
                     aiohttp.ClientConnectorError,
                     aiohttp.ConnectionTimeoutError,
                     aiohttp.InvalidURL,
+                    aiohttp.NonHttpUrlClientError,
                 ) as exc:
                     failure = CallNotSent(self._failure(method, exc, "not sent"), method=method)
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -16,6 +16,7 @@ from services import UrlFactory
 from store_proxy import Proxy
 
 from telegram_idem import store_from_url
+from telegram_idem.errors import StoreError
 from telegram_idem.outbox import CallStatus, Outbound, encode_params
 from telegram_idem.testing import Fault
 from telegram_idem.testing.bot_api import FakeBotAPI
@@ -62,3 +63,37 @@ async def test_an_answer_that_arrives_during_an_outage_is_recorded_once_it_ends(
     assert not [
         r for r in caplog.records if r.levelno >= logging.ERROR and "record" in r.getMessage()
     ]
+
+
+async def test_an_outage_past_the_lease_logs_how_to_resolve_what_telegram_accepted(
+    redis_url_factory: UrlFactory, fake_api: FakeBotAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="telegram_idem.outbox")
+    proxy, url = await proxied(redis_url_factory())
+    store = store_from_url(url)
+    fake_api.inject(Fault.slow(0.5, method="sendMessage"))
+    try:
+        async with Outbound.for_store(store, token=TOKEN, base_url=fake_api.url, lease=1.0) as out:
+            sending = asyncio.ensure_future(
+                out.call("sendMessage", {"chat_id": 7, "text": "paid"}, key="receipt")
+            )
+            while not fake_api.calls_of("sendMessage"):
+                await asyncio.sleep(0.01)
+            await proxy.cut()
+            with pytest.raises(StoreError):  # longer than the lease: nobody could record it
+                await asyncio.wait_for(sending, timeout=10)
+            await proxy.start()
+    finally:
+        await store.close()
+        await proxy.cut()
+    [line] = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and "could not record it" in r.getMessage()
+    ]
+    sent = fake_api.calls_of("sendMessage")
+    assert len(sent) == 1
+    assert "telegram-idem outbox resolve" in line and ":o:receipt" in line
+    message_id = fake_api.messages(7)[0].message_id
+    assert f'"message_id": {message_id}' in line and '"type": "private"' in line
+    assert "paid" not in line  # the text sent is not logged

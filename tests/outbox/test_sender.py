@@ -274,7 +274,11 @@ async def test_a_key_given_to_two_different_calls_is_refused_not_replayed(
         with pytest.raises(ConflictError):  # another method
             await out.call("sendPhoto", {"chat_id": 111, "photo": "AgAD"}, key="welcome")
         again = await out.call("sendMessage", {"chat_id": 111, "text": "hello A"}, key="welcome")
-    assert again == first  # the same call is still replayed
+        as_text = await out.call(  # Telegram reads "111" as 111: the same chat
+            "sendMessage", {"chat_id": "111", "text": "hello A"}, key="welcome"
+        )
+    assert again == first == as_text  # the same call is still replayed
+    assert "differs in chat_id, text" in str(caught.value)
     assert caught.value.key.endswith(":o:welcome")
     assert "hello" not in str(caught.value)  # no params in the message
     assert [c.params["chat_id"] for c in fake_api.calls_of("sendMessage")] == [111]

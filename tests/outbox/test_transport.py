@@ -123,6 +123,14 @@ async def test_a_request_that_cannot_be_built_is_not_sent(fake_api: FakeBotAPI) 
     assert fake_api.calls_of("sendDocument") == []
 
 
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:1", "127.0.0.1:8081", "http://", "file:///x"])
+def test_a_base_url_that_is_no_http_server_is_refused_at_once(url: str) -> None:
+    # aiohttp would refuse it only at the first call (NonHttpUrlClientError), which a
+    # relay must not mistake for "maybe sent"
+    with pytest.raises(ValueError, match="http:// or https://"):
+        HttpBotAPI(TOKEN, base_url=url)
+
+
 async def test_the_token_is_in_no_repr_message_or_log(
     closed_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
