@@ -169,7 +169,9 @@ def _accepted(answer: Answer | None, key: str) -> str:
         kept = result
     shown = json.dumps(kept)
     if len(shown) > 1000:
-        return "; Telegram accepted it (its result is too long to log: find the message in the chat)"
+        return (
+            "; Telegram accepted it (its result is too long to log: find the message in the chat)"
+        )
     return (
         f"; Telegram accepted it: settle it with telegram-idem outbox resolve '{key}' "
         f"--result '{shown}'"

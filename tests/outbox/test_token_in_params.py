@@ -76,7 +76,7 @@ async def test_a_durable_call_with_the_token_is_refused_and_nothing_is_stored(
     caplog.set_level(logging.DEBUG)
     idem = Idem(store, heartbeat=False)
     async with outbound_on(store, fake) as out:
-        with pytest.raises(ValueError, match="send the file.s file_id instead") as keyed:
+        with pytest.raises(ValueError, match="file_id instead") as keyed:
             await out.call("sendDocument", {"chat_id": 1, "document": document}, key="doc1")
 
         async def action() -> Any:
