@@ -212,14 +212,18 @@ class JetStreamInbox(Inbox):
 
     async def _write(self, key: str, known: Known, new: State) -> bool:
         """Compare-and-set ``new`` over ``known``; False if the entry changed since."""
+        return await self._write_rev(key, known, new) is not None
+
+    async def _write_rev(self, key: str, known: Known, new: State) -> int | None:
+        """:meth:`_write`, returning the revision written (``None``: the entry changed)."""
         kv = await self._conn.kv()
         try:
             rev = await kv.update(key, new.encode(), last=known.revision)
         except _CAS:
-            return False
+            return None
         assert self._view is not None
         self._view.note(key, rev, new)
-        return True
+        return rev
 
     async def _fresh(self, key: str) -> Known | None:
         kv = await self._conn.kv()
@@ -401,7 +405,16 @@ class JetStreamInbox(Inbox):
             )
             return _BURIED if await self._write(key, known, dead) else None
         held = state.taken(now, lease)
-        if not await self._write(key, known, held):
+        rev = await self._write_rev(key, known, held)
+        if rev is None:
+            return None
+        # nats-server before 2.9.21 checks a write's expected revision before it stores
+        # it, outside the store's lock (nats-server issue 4320): two takers' concurrent
+        # compare-and-sets of one revision can both be accepted, the later overwriting
+        # the earlier. Read the entry back: only the taker whose write is the latest holds
+        # it (nobody else writes a held entry within its lease).
+        fresh = await self._fresh(key)
+        if fresh is None or fresh.revision != rev:
             return None
         payload = await self._payload(state.seq)
         if payload is None:
