@@ -42,10 +42,11 @@ BULK = 10
 HEADROOM_JITTER = 0.2
 """Seconds of spread in request delays the default limits tolerate
 (:meth:`Limits.with_headroom`). Measured on loopback to ``FakeBotAPI(limits=Limits())``,
-2–3 processes on one budget, 2 cores loaded by other work: reservation-to-arrival delays
-spread by ≤ 81 ms in 100 of 101 runs and by 134 ms in one (a 429 under 0.1 s of room),
-once the relay readies its transport before its first reservation
-(``HttpBotAPI.warm``); by up to ~650 ms before it did."""
+2–3 processes on one budget, 2 cores loaded by other work, once the relay readies its
+transport before its first reservation (``HttpBotAPI.warm``): the first half-second's
+reservation-to-arrival delays spread by up to 135 ms (one 429 in 101 runs with 0.1 s of
+room), and by 284 ms once with a type check starting on the same cores (one 429 in 70
+runs with 0.2 s); by up to ~650 ms before the relay warmed its transport."""
 
 
 @dataclass(frozen=True, slots=True)
