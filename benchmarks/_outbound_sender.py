@@ -149,8 +149,11 @@ async def run_ptb(url: str, work: dict[int, list[int]]) -> dict[str, float]:
 def limits_of(spec: str) -> Limits | None:
     """``default`` (``None``: FloodControl's default, ``Limits().with_headroom()``),
     ``exact`` (``Limits()``, exactly the fake's), ``scaled:F`` (``Limits().scaled(F)``) or
-    ``headroom:N`` (``Limits()`` with the global burst ``N`` calls smaller, its rate kept)."""
+    ``headroom:N`` (``Limits()`` with the global burst ``N`` calls smaller, its rate kept) or
+    ``jitter:J`` (``Limits().with_headroom(J)``: room for J seconds of delay spread)."""
     kind, _, value = spec.partition(":")
+    if kind == "jitter":
+        return Limits().with_headroom(float(value))
     if kind == "scaled":
         return Limits().scaled(float(value))
     if kind == "headroom":

@@ -15,6 +15,7 @@ from telegram_idem.flood._base import Bucket, FloodBudget, decide
 from telegram_idem.flood._control import FloodControl
 from telegram_idem.flood._limits import (
     BULK,
+    HEADROOM_JITTER,
     REPLY,
     Limits,
     Rate,
@@ -27,6 +28,7 @@ from telegram_idem.flood._retry_after import retry_after_of
 
 __all__ = [
     "BULK",
+    "HEADROOM_JITTER",
     "REPLY",
     "Bucket",
     "FloodBudget",

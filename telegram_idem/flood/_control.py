@@ -41,8 +41,10 @@ class FloodControl:
         budget: the store's budget (``store.flood_budget()``; see :meth:`for_store`).
         bot_id: the bot whose budgets these are.
         limits: the budgets' sizes (default ``Limits().with_headroom()``: Telegram's
-            published guidance with bursts a tenth smaller, so calls reserved at the edge
-            of a budget do not reach Telegram ahead of their turn).
+            published guidance with each burst smaller by what its rate spends in
+            ``HEADROOM_JITTER`` = 0.2 s, so calls whose delays to Telegram differ by up
+            to 0.2 s still arrive inside its limits; beyond, a 429 pauses the bot for its
+            ``retry_after`` and the call is retried).
         keys: the key layout (``KeyBuilder()`` by default; give the one your ``Idem``
             uses, so tenants with their own prefix do not share budgets).
         sleep: how to wait (tests inject one).

@@ -244,6 +244,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._busy: set[asyncio.Task[Any]] = set()
+        self._warm = False
         self._outage = OutageLog(log, "outbox", every=outage_log_interval)
         self._faulty = False
         """Whether the loops' looks for entries fail with something else than an outage."""
@@ -377,6 +378,7 @@ class Relay:
         back with a record: a relay that died while holding an entry it had not sent would
         make a ``hold`` call unknown."""
         assert self.flood is not None
+        await self._ready()
         short = min(HELD_WAIT, self.lease / 3)
         waited = 0.0
         while True:
@@ -387,6 +389,17 @@ class Relay:
                 return wait
             await asyncio.sleep(wait)
             waited += wait
+
+    async def _ready(self) -> None:
+        """Await the transport's ``warm()`` once, if it has one (``HttpBotAPI.warm``):
+        before the first take (:meth:`run`) and the first reservation, so set-up paid in
+        the first calls neither lands between a reservation and its request (the calls
+        would reach Telegram bunched up, over its limits) nor holds a taken entry."""
+        if not self._warm:
+            warm = getattr(self.api, "warm", None)
+            if callable(warm):
+                await warm()
+            self._warm = True
 
     async def _record(
         self,
@@ -676,6 +689,7 @@ class Relay:
         Raises:
             RuntimeError: the relay is running already.
         """
+        await self._ready()
         loops = [asyncio.create_task(self._loop()) for _ in range(self.concurrency)]
         try:
             await asyncio.gather(*loops)

@@ -74,9 +74,9 @@ async def run_relay(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     relay = relay_of(store, args)
-    # No warm-up call: the first request of a process reaches the server late after its
-    # flood reservation (aiohttp imported, a connection made), so a burst reserved then
-    # arrives bunched up; FloodControl's default bursts leave room for it (0 429s).
+    # No warm-up call of our own: the relay awaits HttpBotAPI.warm() before its first
+    # take (aiohttp imported, the session made), so its first requests do not leave late
+    # after their flood reservations and arrive bunched up with later ones (a 429).
     async with relay:
         print("ready", flush=True)
         await stop.wait()

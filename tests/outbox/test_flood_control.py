@@ -5,8 +5,9 @@ reserving."""
 from __future__ import annotations
 
 import os
+import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,18 @@ from telegram_idem._keys import KeyBuilder
 from telegram_idem.backends import store_from_url
 from telegram_idem.backends.memory import MemoryStore
 from telegram_idem.errors import ConfigurationError
-from telegram_idem.flood import BULK, REPLY, FloodControl, Limits, Rate, current_priority, priority
+from telegram_idem.flood import (
+    BULK,
+    HEADROOM_JITTER,
+    REPLY,
+    FloodControl,
+    Limits,
+    Rate,
+    buckets_for,
+    current_priority,
+    decide,
+    priority,
+)
 
 
 def control(budget: ClockBudget, **kwargs: object) -> FloodControl:
@@ -218,3 +230,70 @@ async def test_paid_broadcasts_spend_their_own_budget_not_the_free_one(store: An
     for chat in range(1, 6):  # the paid budget is spent: free calls still have all theirs
         assert await paid_first.try_turn("sendMessage", params("sendMessage", chat)) == 0.0
     assert await paid_first.try_turn("sendMessage", params("sendMessage", 6)) > 0
+
+
+def refused_on_arrival(delay: Callable[[float], float], limits: Limits) -> int:
+    """Reserve 300 messages to 100 chats as fast as ``limits`` let them (store clock),
+    each reaching the server ``delay(reserved_at)`` seconds after its reservation, and
+    count the calls Telegram's own ``Limits()`` refuses in arrival order (the rule
+    ``FakeBotAPI(limits=Limits())`` enforces)."""
+    key = str
+    arrivals: list[tuple[float, int]] = []
+    tats: dict[str, float] = {}
+    now = 0.0
+    for i in range(300):
+        buckets = buckets_for("sendMessage", {"chat_id": 1 + i % 100}, limits=limits, key=key)
+        while True:
+            wait, new = decide([tats.get(b.key) for b in buckets], buckets, now)
+            if wait <= 0:
+                break
+            now += wait
+        tats.update({b.key: t for b, t in zip(buckets, new, strict=True)})
+        arrivals.append((now + delay(now), 1 + i % 100))
+    server: dict[str, float] = {}
+    refused = 0
+    for at, chat in sorted(arrivals):
+        buckets = buckets_for("sendMessage", {"chat_id": chat}, limits=Limits(), key=key)
+        wait, new = decide([server.get(b.key) for b in buckets], buckets, at)
+        if wait > 0:
+            refused += 1
+        else:
+            server.update({b.key: t for b, t in zip(buckets, new, strict=True)})
+    return refused
+
+
+@pytest.mark.parametrize("jitter", [0.1, HEADROOM_JITTER, 0.3])
+def test_with_headroom_keeps_arrivals_inside_the_limits_within_its_jitter(jitter: float) -> None:
+    spread = random.Random(10)
+    limits = Limits().with_headroom(jitter)
+    for _ in range(20):
+        assert refused_on_arrival(lambda _: spread.uniform(0.0, jitter), limits) == 0
+
+        # the worst spread: every call of the first `jitter` seconds lands at its end
+        # (a hair inside it: on the boundary itself, float rounding decides)
+        def cold(at: float) -> float:
+            return max(0.0, 0.999 * jitter - at)
+
+        assert refused_on_arrival(cold, limits) == 0
+
+
+def test_delays_spread_beyond_the_headroom_are_refused() -> None:
+    def cold(at: float) -> float:  # the first 0.4 s of calls land together, as a cold
+        return max(0.0, 0.4 - at)  # process's did before the relay warmed its session
+
+    assert refused_on_arrival(cold, Limits().with_headroom()) > 0
+    assert refused_on_arrival(cold, Limits().with_headroom(0.5)) == 0
+    assert refused_on_arrival(lambda _: 0.0, Limits()) == 0  # no spread: no room needed
+
+
+def test_the_default_headroom_is_what_each_rate_spends_in_its_jitter() -> None:
+    limits = Limits().with_headroom()
+    assert HEADROOM_JITTER == 0.2
+    assert limits.global_.burst == 24  # 30 - 30/s × 0.2 s
+    assert limits.chat.burst == 2 and limits.group.burst == 2  # at least one call
+    assert limits.paid.burst == 800  # 1000 - 1000/s × 0.2 s
+    assert Limits().with_headroom(0.1).global_.burst == 27
+    assert limits.global_.calls == 30  # rates kept
+    assert Limits().with_headroom(0) == Limits()
+    with pytest.raises(ValueError):
+        Limits().with_headroom(-0.1)

@@ -855,3 +855,29 @@ async def test_two_processes_pacing_one_group_stay_within_its_budget(
     for first in range(len(arrivals) - int(limit.burst)):  # never more than the burst...
         later = arrivals[first + int(limit.burst)]
         assert later - arrivals[first] >= limit.interval * 0.9  # ...within an interval
+
+
+async def test_three_cold_processes_on_one_flood_budget_get_no_429(
+    shared_url: str,
+    opened: Callable[[str], Store],
+    bots: Callable[..., Bot],
+    workers: Callable[..., Awaitable[Worker]],
+) -> None:
+    # Enough calls waiting that the global budget (30/s) is spent while the three
+    # processes are still cold: each one's first requests leave it after its flood
+    # reservations unless the relay readies its transport first (HttpBotAPI.warm), and a
+    # request that leaves late lands on the fake together with later ones (a 429 there).
+    async with FakeBotAPI(limits=Limits()) as fake:  # enforces Telegram's guidance
+        store = opened(shared_url)
+        out = bots(store, fake.url).out
+        texts = await enqueue_texts(out, {chat: 2 for chat in range(1, 61)})
+        tokens = [f"123456:process-{name}" for name in "abc"]  # one bot, three processes
+        args = ("--limits", "telegram", "--lease", "10")  # no crash here: no lease runs out
+        await asyncio.gather(
+            *(workers("relay", shared_url, fake.url, "--token", t, *args) for t in tokens)
+        )
+        await until(lambda: all_delivered(store, 120), within=60.0)
+    fake.assert_no_429()
+    for chat, expected in texts.items():
+        assert fake.sent_texts(chat) == expected
+    assert {c.token for c in fake.calls} == set(tokens)  # all three processes sent
