@@ -89,7 +89,7 @@ from telegram_idem.outbox._failures import AmbiguousCall, CallNotSent
 if TYPE_CHECKING:
     from telegram_idem.outbox._transport import BotAPI
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "redactor_of"]
 
 HELD_WAIT = 0.05
 """Seconds a relay waits for the flood budget while holding an entry; a longer wait hands
@@ -111,6 +111,28 @@ def _history(entry: OutboxEntry) -> tuple[int, int]:
     return (0, 0) if attempt >= entry.attempts else (attempt, failed)
 
 
+def redactor_of(api: object) -> Callable[[str], str]:
+    """The token mask of a transport (``HttpBotAPI.redact``), or text unchanged for a
+    transport that knows no token: what every text the outbound side records, logs or
+    raises from a transport goes through.
+
+    Args:
+        api: the transport (a ``BotAPI``).
+    """
+    redact = getattr(api, "redact", None)
+    return redact if callable(redact) else _unchanged
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _tag(entry: OutboxEntry, failed: int) -> str:
+    """The head of every outcome this take records (``"attempt <n> (<failures> failed): "``),
+    what :func:`_history` reads back."""
+    return f"attempt {entry.attempts} ({failed} failed): "
+
+
 def _reason(entry: OutboxEntry, exc: Exception) -> str:
     """A transport failure's text as recorded: without the ``"<method>: "`` the transport
     starts it with (the entry has its method; every listing shows it beside the error)."""
@@ -128,7 +150,7 @@ def _unexpected(
     entry: OutboxEntry,
     where: str,
     exc: BaseException,
-    redact: Callable[[str], str] | None = None,
+    redact: Callable[[str], str],
 ) -> None:
     """One ERROR line, with the traceback, for an exception no rule classifies: the
     entry's method and key name it, never its params; the traceback is formatted here and
@@ -141,7 +163,7 @@ def _unexpected(
         entry.key,
         type(exc).__name__,
         where,
-        redact(trace) if redact is not None else trace,
+        redact(trace),
     )
 
 
@@ -253,10 +275,9 @@ class Relay:
         return f"Relay(bot_id={self.bot_id}, outbox={type(self.outbox).__name__})"
 
     @property
-    def _redactor(self) -> Callable[[str], str] | None:
-        """The transport's token mask (``HttpBotAPI.redact``), if it has one."""
-        redact = getattr(self.api, "redact", None)
-        return redact if callable(redact) else None
+    def _redactor(self) -> Callable[[str], str]:
+        """The transport's token mask (``HttpBotAPI.redact``; unchanged text without one)."""
+        return redactor_of(self.api)
 
     def backoff(self, failures: int) -> float:
         """Seconds before the attempt after ``failures`` failed ones.
@@ -324,14 +345,9 @@ class Relay:
                 except StoreError as exc:  # not sent: hand it back with a record, or the
                     # next take would count a take that recorded nothing (hold: unknown)
                     text = f"not sent: flood control could not answer: {exc}"
-                    tag = f"attempt {entry.attempts} ({failed} failed): "
-                    delay = self.backoff(1)
-                    ok = await self._write(
-                        entry,
-                        "not_sent",
-                        lambda: self.outbox.retry(entry, delay=delay, error=tag + text),
+                    return await self._hand_back(
+                        entry, failed, self.backoff(1), text, "not_sent", logging.WARNING
                     )
-                    return await self._done(entry, ok, "not_sent", 0.0, logging.WARNING, text)
                 except Exception as exc:  # a flood rule that fails on this call: not sent
                     _unexpected(entry, "flood control", exc, self._redactor)
                     error = (
@@ -340,14 +356,10 @@ class Relay:
                     )
                     return await self._settle(entry, CallStatus.DEAD, error, "dead", 0.0)
                 if wait > 0:  # a long wait: hand it back with a record, nothing was sent
-                    tag = f"attempt {entry.attempts} ({failed} failed): "
                     text = f"waiting {wait:.2f} s for the flood budget"
-                    ok = await self._write(
-                        entry,
-                        "flood_wait",
-                        lambda: self.outbox.retry(entry, delay=wait, error=tag + text),
+                    return await self._hand_back(
+                        entry, failed, wait, text, "flood_wait", logging.DEBUG
                     )
-                    return await self._done(entry, ok, "flood_wait", 0.0, logging.DEBUG, text)
             started = time.monotonic()
             answer: Answer | None = None
             result = b"null"
@@ -390,6 +402,18 @@ class Relay:
             await asyncio.sleep(wait)
             waited += wait
 
+    async def _hand_back(
+        self, entry: OutboxEntry, failed: int, delay: float, text: str, decision: str, level: int
+    ) -> OutboxEntry:
+        """Give an entry that was not sent back to its chat, takeable in ``delay``
+        seconds, with a record of this take (so its next take does not count it as one
+        that may have sent it)."""
+        error = _tag(entry, failed) + text
+        ok = await self._write(
+            entry, decision, lambda: self.outbox.retry(entry, delay=delay, error=error)
+        )
+        return await self._done(entry, ok, decision, 0.0, level, text)
+
     async def _ready(self) -> None:
         """Await the transport's ``warm()`` once, if it has one (``HttpBotAPI.warm``):
         before the first take (:meth:`run`) and the first reservation, so set-up paid in
@@ -415,8 +439,7 @@ class Relay:
         code = answer.error_code if answer is not None else None
         # Telegram's description may quote a URL of the call (a local Bot API server
         # does): recorded, logged and listed, so never with the token.
-        redact = getattr(self.api, "redact", None)
-        text = redact(verdict.description) if callable(redact) else verdict.description
+        text = self._redactor(verdict.description)
         if outcome is OutcomeClass.DELIVERED:
             ok = await self._write(
                 entry, "delivered", lambda: self.outbox.deliver(entry, result=result), answer
@@ -427,7 +450,7 @@ class Relay:
                 entry, "already_done", lambda: self.outbox.deliver(entry, result=b"true"), answer
             )
             return await self._done(entry, ok, "already_done", elapsed_ms, logging.INFO, text)
-        tag = f"attempt {entry.attempts} ({failed} failed): "
+        tag = _tag(entry, failed)
         if outcome is OutcomeClass.RETRY:
             delay = verdict.retry_after or 1.0
             if self.flood is not None:
@@ -469,7 +492,7 @@ class Relay:
             return await self._settle(entry, CallStatus.DEAD, error, "dead", elapsed_ms)
         delay = self.backoff(failed)
         decision = "resend" if outcome is OutcomeClass.AMBIGUOUS else "not_sent"
-        tag = f"attempt {entry.attempts} ({failed} failed): "
+        tag = _tag(entry, failed)
         error = f"{tag}{text}"
         ok = await self._write(
             entry, decision, lambda: self.outbox.retry(entry, delay=delay, error=error)

@@ -77,7 +77,7 @@ from telegram_idem.outbox._calls import (
     ordering_key_of,
 )
 from telegram_idem.outbox._failures import AmbiguousCall
-from telegram_idem.outbox._relay import Relay
+from telegram_idem.outbox._relay import Relay, redactor_of
 from telegram_idem.outbox._transport import (
     TOKEN_IN_PARAMS,
     BotAPI,
@@ -357,8 +357,7 @@ class Outbound:
 
     def _redact(self, text: str) -> str:
         """``text`` with the bot token masked, when the transport knows it."""
-        redact = getattr(self.api, "redact", None)
-        return redact(text) if callable(redact) else text
+        return redactor_of(self.api)(text)
 
     def _joined_conn(self) -> object | None:
         """The connection of the bound ``idem.transaction(conn)`` if its store is this
