@@ -58,6 +58,7 @@ __all__ = [
     "fail",
     "json_option",
     "limit_option",
+    "one_line",
     "open_store",
     "progress",
     "redact_text",
@@ -97,6 +98,19 @@ def redact_text(text: str) -> str:
     ``***``: the one filter between a command and what it prints."""
     text = _TOKEN.sub("<token>", text)
     return _URL_PASSWORD.sub(r"\g<head>***\g<at>", text)
+
+
+def one_line(text: str | None, width: int) -> str:
+    """``text`` redacted (:func:`redact_text`), on one line, at most ``width`` characters
+    (``…`` when cut). Redacted before it is cut: a token cut short would no longer look
+    like one, and the table's own redaction would print its start.
+
+    Args:
+        text: any text, or ``None`` (an empty cell).
+        width: the most characters shown.
+    """
+    line = " ".join(redact_text(text or "").split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 _PIPED_WIDTH = 1000

@@ -42,6 +42,7 @@ from telegram_idem._cli._common import (
     fail,
     json_option,
     limit_option,
+    one_line,
     open_store,
     progress,
     run,
@@ -111,12 +112,6 @@ def _age(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def _cut(text: str | None, width: int = _SUMMARY_WIDTH) -> str:
-    """``text`` on one line, at most ``width`` characters (``…`` when cut)."""
-    line = " ".join((text or "").split())
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def entry_json(entry: InboxEntry, *, payload: bool) -> dict[str, Any]:
@@ -280,8 +275,8 @@ def list_command(
                     e.ordering_key,
                     e.attempts,
                     age,
-                    _cut(update),
-                    _cut(e.last_error),
+                    one_line(update, _SUMMARY_WIDTH),
+                    one_line(e.last_error, _SUMMARY_WIDTH),
                 )
             )
         columns = ["id", "status", "unit", "attempts", "age", "update", "last error"]

@@ -37,9 +37,9 @@ from telegram_idem._cli._common import (
     fail,
     json_option,
     limit_option,
+    one_line,
     open_store,
     progress,
-    redact_text,
     run,
     store_option,
     table,
@@ -79,14 +79,6 @@ _STATUS_NAMES = [status.value for status in CallStatus]
 
 def _bot_id_option(help_text: str) -> Callable[[F], F]:
     return click.option("--bot-id", "bot_id", type=int, metavar="N", default=None, help=help_text)
-
-
-def _truncated(text: str | None, width: int = ERROR_WIDTH) -> str:
-    if not text:
-        return ""
-    # redacted before it is cut: a token cut short would no longer look like one
-    line = " ".join(redact_text(text).split())
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _summary(entry: OutboxEntry, now: float) -> dict[str, Any]:
@@ -141,7 +133,7 @@ def _rows(items: Iterable[dict[str, Any]]) -> list[list[object]]:
             i["status"],
             i["attempts"],
             age_text(i["age"]),
-            _truncated(i["last_error"]),
+            one_line(i["last_error"], ERROR_WIDTH),
         ]
         for i in items
     ]

@@ -43,8 +43,8 @@ from telegram_idem._cli._common import (
     fail,
     json_option,
     limit_option,
+    one_line,
     open_store,
-    redact_text,
     run,
     store_option,
     table,
@@ -122,12 +122,6 @@ def _prefix(prefix: str | None, bot_id: int | None, key_prefix: str | None) -> s
     return f"{key_prefix}:" if key_prefix is not None else ""
 
 
-def _short(text: str, width: int = DETAIL_WIDTH) -> str:
-    # redacted before it is cut: a token cut short would no longer look like one
-    line = " ".join(redact_text(text).split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 @unresolved.command(name="list")
 @click.option(
     "--prefix",
@@ -187,7 +181,7 @@ def list_(
             age_text(i["age"]),
             i["holder"],
             i["attempts"],
-            _short(i["detail"]),
+            one_line(i["detail"], DETAIL_WIDTH),
         ]
         for i in items
     ]
