@@ -25,7 +25,7 @@ from typing import Any
 from telegram_idem._keys import KeyBuilder
 from telegram_idem.errors import ConfigurationError
 from telegram_idem.events import emit_decision, listening
-from telegram_idem.flood._base import FloodBudget
+from telegram_idem.flood._base import Bucket, FloodBudget
 from telegram_idem.flood._limits import Limits, buckets_for
 from telegram_idem.flood._priority import current_priority
 
@@ -121,9 +121,7 @@ class FloodControl:
             TimeoutError: the budgets have no room before ``deadline`` (nothing reserved).
             StoreError: the store could not answer.
         """
-        buckets = buckets_for(
-            method, params, limits=self.limits, key=self.key, priority=current_priority(priority)
-        )
+        buckets = self._buckets(method, params, priority)
         waited = 0.0
         while True:
             wait = await self.budget.reserve(buckets)
@@ -155,10 +153,17 @@ class FloodControl:
         Raises:
             StoreError: the store could not answer.
         """
-        buckets = buckets_for(
+        buckets = self._buckets(method, params, priority)
+        return await self.budget.reserve(buckets)
+
+    def _buckets(
+        self, method: str, params: Mapping[str, Any], priority: int | None
+    ) -> list[Bucket]:
+        """The budgets the call spends, at its priority (given, else the enclosing
+        ``priority(...)`` block's)."""
+        return buckets_for(
             method, params, limits=self.limits, key=self.key, priority=current_priority(priority)
         )
-        return await self.budget.reserve(buckets)
 
     def note_wait(self, method: str, params: Mapping[str, Any], seconds: float) -> None:
         """Emit the ``"wait"`` decision event of a call that waited ``seconds`` for its
