@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
+from typing import Any
 
 import pytest
 from outbox.outbox_support import TOKEN
@@ -32,6 +33,22 @@ async def proxied(url: str) -> tuple[Proxy, str]:
     return proxy, url.replace(parts.netloc, f"127.0.0.1:{proxy.port}", 1)
 
 
+RECEIPT = {"chat_id": 7, "text": "paid"}
+
+
+async def cut_during_the_answer(
+    out: Outbound, fake_api: FakeBotAPI, proxy: Proxy
+) -> asyncio.Future[Any]:
+    """Send :data:`RECEIPT` (key ``receipt``) and cut the store once the request is at
+    Telegram, so its (slow) answer comes back to a relay that cannot record it; the
+    caller's call, still running."""
+    sending = asyncio.ensure_future(out.call("sendMessage", RECEIPT, key="receipt"))
+    while not fake_api.calls_of("sendMessage"):  # the request is at Telegram
+        await asyncio.sleep(0.01)
+    await proxy.cut()
+    return sending
+
+
 async def test_an_answer_that_arrives_during_an_outage_is_recorded_once_it_ends(
     redis_url_factory: UrlFactory, fake_api: FakeBotAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -41,17 +58,11 @@ async def test_an_answer_that_arrives_during_an_outage_is_recorded_once_it_ends(
     fake_api.inject(Fault.slow(1.0, method="sendMessage"))
     try:
         async with Outbound.for_store(store, token=TOKEN, base_url=fake_api.url, lease=5.0) as out:
-            sending = asyncio.ensure_future(
-                out.call("sendMessage", {"chat_id": 7, "text": "paid"}, key="receipt")
-            )
-            while not fake_api.calls_of("sendMessage"):  # the request is at Telegram
-                await asyncio.sleep(0.01)
-            await proxy.cut()  # the answer comes back to a relay that cannot record it
+            sending = await cut_during_the_answer(out, fake_api, proxy)
             await asyncio.sleep(1.5)
             await proxy.start()
             message = await asyncio.wait_for(sending, timeout=10)
-            params = {"chat_id": 7, "text": "paid"}
-            key = out.effect_key("sendMessage", encode_params(params), "receipt")
+            key = out.effect_key("sendMessage", encode_params(RECEIPT), "receipt")
             assert key is not None
             entry = await store.outbox().get(key)
     finally:
@@ -74,12 +85,7 @@ async def test_an_outage_past_the_lease_logs_how_to_resolve_what_telegram_accept
     fake_api.inject(Fault.slow(0.5, method="sendMessage"))
     try:
         async with Outbound.for_store(store, token=TOKEN, base_url=fake_api.url, lease=1.0) as out:
-            sending = asyncio.ensure_future(
-                out.call("sendMessage", {"chat_id": 7, "text": "paid"}, key="receipt")
-            )
-            while not fake_api.calls_of("sendMessage"):
-                await asyncio.sleep(0.01)
-            await proxy.cut()
+            sending = await cut_during_the_answer(out, fake_api, proxy)
             with pytest.raises(StoreError):  # longer than the lease: nobody could record it
                 await asyncio.wait_for(sending, timeout=10)
             await proxy.start()
